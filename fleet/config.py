@@ -1,0 +1,98 @@
+"""Settings read from the environment (``FLEET_*``), resolved when asked for, never at import time."""
+from __future__ import annotations
+
+import dataclasses
+import os
+import shutil
+from pathlib import Path
+
+from fleet.errors import FleetError
+
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+CHROMIUM_CANDIDATES = ("/usr/bin/chromium", "/usr/bin/chromium-browser", "/usr/lib/chromium/chromium",
+                       "/usr/bin/google-chrome", "/snap/bin/chromium")
+
+
+def _int(name: str, default: int) -> int:
+    raw = os.environ.get(name)
+    if raw in (None, ""):
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise FleetError(f"{name} must be a whole number, got {raw!r}") from None
+    if value < 0:
+        raise FleetError(f"{name} must not be negative, got {value}")
+    return value
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+    home: Path
+    data_remote: str
+    branch: str
+    prefix: str
+    max_parallel: int
+    crash_reruns: int
+    start_week: str
+    git_token: str | None
+
+    @property
+    def store_root(self) -> Path:
+        return self.home / "artifacts"
+
+    @property
+    def dagster_home(self) -> Path:
+        return self.home / "dagster"
+
+    @property
+    def clone_dir(self) -> Path:
+        return self.home / "clone"
+
+
+def settings() -> Settings:
+    home = Path(os.environ.get("FLEET_HOME") or (Path.cwd() / ".fleet")).resolve()
+    prefix = os.environ.get("FLEET_DATA_PREFIX", "data/").strip()
+    if not prefix or prefix.startswith("/") or ".." in Path(prefix).parts:
+        raise FleetError(f"FLEET_DATA_PREFIX must be a relative folder inside the repository, got {prefix!r}")
+    if not prefix.endswith("/"):
+        prefix += "/"
+    return Settings(
+        home=home,
+        data_remote=os.environ.get("FLEET_DATA_REMOTE") or str(home / "data-remote.git"),
+        branch=os.environ.get("FLEET_DATA_BRANCH", "main"),
+        prefix=prefix,
+        max_parallel=max(1, _int("FLEET_MAX_PARALLEL", 10)),
+        crash_reruns=_int("FLEET_CRASH_RERUNS", 2),
+        start_week=os.environ.get("FLEET_START_WEEK", "2026-01-05"),
+        git_token=os.environ.get("FLEET_GIT_TOKEN") or None,
+    )
+
+
+def chromium_path() -> str:
+    """``FLEET_CHROMIUM`` if set, else the first Chromium found on this machine."""
+    explicit = os.environ.get("FLEET_CHROMIUM")
+    if explicit:
+        if not os.access(explicit, os.X_OK):
+            raise FleetError(f"FLEET_CHROMIUM={explicit!r} is not an executable file")
+        return explicit
+    for cand in CHROMIUM_CANDIDATES:
+        if os.access(cand, os.X_OK):
+            return cand
+    for name in ("chromium", "chromium-browser", "google-chrome"):
+        found = shutil.which(name)
+        if found:
+            return found
+    raise FleetError("no Chromium found: install Debian's 'chromium' package or set FLEET_CHROMIUM to its path")
+
+
+def scraper_dirs() -> list[Path]:
+    """``FLEET_SCRAPERS_DIR`` (os.pathsep-separated) if set, else the project's ``scrapers/``
+    (plus ``scrapers/faults`` when ``FLEET_DEMO_FAULTS=1``)."""
+    raw = os.environ.get("FLEET_SCRAPERS_DIR")
+    if raw:
+        return [Path(p).resolve() for p in raw.split(os.pathsep) if p]
+    dirs = [PROJECT_ROOT / "scrapers"]
+    if os.environ.get("FLEET_DEMO_FAULTS") == "1":
+        dirs.append(PROJECT_ROOT / "scrapers" / "faults")
+    return dirs

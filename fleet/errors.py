@@ -1,0 +1,27 @@
+"""Errors fleet raises, each naming the source and what is wrong."""
+
+
+class FleetError(Exception):
+    """Base class for fleet's own errors."""
+
+
+class ScraperDefinitionError(FleetError):
+    """A scraper class or module is malformed (bad name, schema, key, import error)."""
+
+
+class BadRowError(FleetError):
+    """A scraped row does not match the scraper's schema or key."""
+
+
+class NavigationError(FleetError):
+    """A page could not be loaded (HTTP error status or network failure)."""
+
+    def __init__(self, message: str, url: str, status: int | None = None, transient: bool = False):
+        super().__init__(message)
+        self.url = url
+        self.status = status
+        self.transient = transient
+
+
+class CommitError(FleetError):
+    """The data could not be landed on the remote branch."""

@@ -1,0 +1,202 @@
+"""The public scraper contract: a ``Scraper`` subclass per source, and the ``ScrapeContext`` it is handed."""
+from __future__ import annotations
+
+import datetime as dt
+import json
+import logging
+import os
+import re
+import time
+from pathlib import Path
+from typing import Any, AsyncIterator, ClassVar, Mapping
+
+import polars as pl
+
+from fleet.errors import NavigationError, ScraperDefinitionError
+from fleet.scraping.retry import RetryPolicy, retry_async
+
+NAME_RE = re.compile(r"^[a-z][a-z0-9_]*$")
+
+
+class Scraper:
+    """Base class of a source. Subclass it in a module under ``scrapers/``.
+
+    Class attributes:
+      name       slug ``[a-z][a-z0-9_]*``; the asset is ``raw/<name>``
+      schema     column name -> polars dtype
+      key        natural key columns; rows are unique by it
+      timeout_s  hard limit for one run of this source, in seconds
+    The class docstring becomes the asset's description in the UI.
+    """
+
+    name: ClassVar[str]
+    schema: ClassVar[Mapping[str, Any]]
+    key: ClassVar[tuple[str, ...]] = ()
+    timeout_s: ClassVar[float] = 600
+    # Volume check thresholds (#8), overridable per scraper.
+    volume_warn_ratio: ClassVar[float] = 0.5
+    volume_error_ratio: ClassVar[float] = 0.1
+
+    async def scrape(self, page, ctx: "ScrapeContext") -> AsyncIterator[dict]:
+        raise NotImplementedError(f"{type(self).__name__}.scrape is not implemented")
+        yield {}  # pragma: no cover  (makes this an async generator)
+
+    @classmethod
+    def validate_class(cls) -> None:
+        """Raise ``ScraperDefinitionError`` naming the class and what is wrong."""
+        label = f"{cls.__module__}.{cls.__qualname__}"
+        name = getattr(cls, "name", None)
+        if not isinstance(name, str) or not NAME_RE.match(name):
+            raise ScraperDefinitionError(
+                f"scraper {label}: name must be a slug matching [a-z][a-z0-9_]*, got {name!r}"
+            )
+        schema = getattr(cls, "schema", None)
+        if not isinstance(schema, Mapping) or not schema:
+            raise ScraperDefinitionError(f"scraper {name!r} ({label}): schema must be a non-empty dict of column -> polars dtype")
+        for col, dtype in schema.items():
+            if not isinstance(col, str) or not col:
+                raise ScraperDefinitionError(f"scraper {name!r}: schema column names must be strings, got {col!r}")
+            if col == "source":
+                raise ScraperDefinitionError(f"scraper {name!r}: column 'source' is reserved for consolidation")
+            try:
+                ok = isinstance(dtype, pl.DataType) or (isinstance(dtype, type) and issubclass(dtype, pl.DataType))
+            except TypeError:
+                ok = False
+            if not ok:
+                raise ScraperDefinitionError(f"scraper {name!r}: column {col!r} has dtype {dtype!r}, which is not a polars dtype")
+        key = getattr(cls, "key", ())
+        if isinstance(key, str) or not isinstance(key, (tuple, list)) or not key:
+            raise ScraperDefinitionError(f"scraper {name!r}: key must be a non-empty tuple of column names, got {key!r}")
+        missing = [k for k in key if k not in schema]
+        if missing:
+            raise ScraperDefinitionError(f"scraper {name!r}: key columns {missing} are not in the schema")
+        timeout = getattr(cls, "timeout_s", None)
+        if not isinstance(timeout, (int, float)) or timeout <= 0:
+            raise ScraperDefinitionError(f"scraper {name!r}: timeout_s must be a positive number, got {timeout!r}")
+        import inspect
+
+        if not inspect.isasyncgenfunction(cls.scrape) or cls.scrape is Scraper.scrape:
+            raise ScraperDefinitionError(f"scraper {name!r}: scrape must be an async generator method (async def ... yield)")
+
+    @classmethod
+    def description(cls) -> str:
+        import inspect
+
+        return inspect.getdoc(cls) or f"Raw rows of source {cls.name}."
+
+
+class _SourceAdapter(logging.LoggerAdapter):
+    def process(self, msg, kwargs):
+        return f"[run {self.extra['run_id']}] [{self.extra['source']}] {msg}", kwargs
+
+
+class ScrapeContext:
+    """What a scraper is handed besides its page. Created by fleet; scrapers never build one."""
+
+    def __init__(
+        self,
+        *,
+        source: str,
+        week: dt.date,
+        run_id: str,
+        deep: bool = False,
+        state_dir: Path | None = None,
+        deadline: float | None = None,
+        retry: RetryPolicy | None = None,
+        logger: logging.Logger | None = None,
+    ):
+        self.source = source
+        self.week = week
+        self.run_id = run_id
+        self.deep = deep
+        self.deadline = deadline  # time.monotonic() value, or None
+        self.retry_policy = retry or RetryPolicy()
+        self.log = _SourceAdapter(logger or logging.getLogger(f"fleet.scraper.{source}"), {"run_id": run_id, "source": source})
+        self.pages_visited = 0
+        self.last_url: str | None = None
+        self._state_dir = state_dir
+        self._checkpoint_path = state_dir / "checkpoint.json" if state_dir else None
+        self._seen_path = state_dir / "seen.txt" if state_dir else None
+        self.checkpoint: dict = _load_json(self._checkpoint_path)
+        self._seen: set[str] = set(_load_lines(self._seen_path))
+
+    # --- navigation -----------------------------------------------------
+    async def goto(self, page, url: str, *, timeout_ms: float = 30_000, wait_until: str = "load"):
+        """Navigate ``page`` to ``url``. Retries transient failures; raises ``NavigationError`` on an HTTP error."""
+        self.last_url = url
+
+        async def once():
+            try:
+                response = await page.goto(url, timeout=timeout_ms, wait_until=wait_until)
+            except Exception as exc:  # playwright.Error / TimeoutError
+                raise _navigation_error_from(exc, url) from exc
+            if response is not None and response.status >= 400:
+                status = response.status
+                raise NavigationError(
+                    f"source {self.source}: HTTP {status} for {url}", url=url, status=status,
+                    transient=status in (429, 502, 503, 504),
+                )
+            return response
+
+        response = await retry_async(once, policy=self.retry_policy, log=self.log, what=f"goto {url}")
+        self.pages_visited += 1
+        self._record(url)
+        return response
+
+    async def retry(self, fn, *args, what: str = "call", **kwargs):
+        """Run ``await fn(*args, **kwargs)`` with this source's retry policy (transient errors only)."""
+        return await retry_async(lambda: fn(*args, **kwargs), policy=self.retry_policy, log=self.log, what=what)
+
+    # --- resumability ---------------------------------------------------
+    def seen(self, url: str) -> bool:
+        """True if ``url`` was already fetched for this source and week (in this or an earlier attempt)."""
+        return url in self._seen
+
+    def _record(self, url: str) -> None:
+        if url in self._seen:
+            return
+        self._seen.add(url)
+        if self._seen_path:
+            with open(self._seen_path, "a", encoding="utf-8") as fh:
+                fh.write(url + "\n")
+
+    def save_checkpoint(self) -> None:
+        """Persist ``ctx.checkpoint`` atomically; a re-execution of this week starts from it."""
+        if self._checkpoint_path:
+            tmp = self._checkpoint_path.with_suffix(".tmp")
+            tmp.write_text(json.dumps(self.checkpoint, default=str))
+            os.replace(tmp, self._checkpoint_path)
+
+    def time_left(self) -> float:
+        """Seconds before the hard timeout (inf when there is none)."""
+        if self.deadline is None:
+            return float("inf")
+        return max(0.0, self.deadline - time.monotonic())
+
+
+def _navigation_error_from(exc: Exception, url: str) -> NavigationError:
+    text = str(exc)
+    transient_markers = (
+        "ERR_CONNECTION_REFUSED", "ERR_CONNECTION_RESET", "ERR_CONNECTION_CLOSED", "ERR_NAME_NOT_RESOLVED",
+        "ERR_NAME_RESOLUTION_FAILED", "ERR_TIMED_OUT", "ERR_EMPTY_RESPONSE", "ERR_NETWORK_CHANGED",
+        "ERR_INTERNET_DISCONNECTED", "ERR_CONNECTION_TIMED_OUT", "ERR_ADDRESS_UNREACHABLE",
+    )
+    is_timeout = type(exc).__name__ == "TimeoutError" or "Timeout" in text.split("\n", 1)[0]
+    transient = is_timeout or any(m in text for m in transient_markers)
+    first = text.strip().splitlines()[0] if text.strip() else type(exc).__name__
+    return NavigationError(f"navigation to {url} failed: {first}", url=url, transient=transient)
+
+
+def _load_json(path: Path | None) -> dict:
+    if path and path.exists():
+        try:
+            return json.loads(path.read_text())
+        except (ValueError, OSError):
+            return {}
+    return {}
+
+
+def _load_lines(path: Path | None) -> list[str]:
+    if path and path.exists():
+        return [line for line in path.read_text(encoding="utf-8").splitlines() if line]
+    return []

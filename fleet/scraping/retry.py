@@ -1,0 +1,74 @@
+"""Bounded retries with growing, jittered waits, for errors that look temporary only."""
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import random
+import time
+from typing import Awaitable, Callable, TypeVar
+
+T = TypeVar("T")
+
+TRANSIENT_STATUS = frozenset({429, 502, 503, 504})
+
+
+@dataclasses.dataclass(frozen=True)
+class RetryPolicy:
+    attempts: int = 3
+    base_wait_s: float = 0.5
+    max_wait_s: float = 10.0
+    jitter: float = 0.25  # fraction of the wait added at random
+
+    def wait(self, attempt: int) -> float:
+        """Wait before retry number ``attempt`` (1-based): base * 2**(attempt-1), capped, plus jitter."""
+        w = min(self.max_wait_s, self.base_wait_s * (2 ** (attempt - 1)))
+        return w + random.uniform(0, w * self.jitter)
+
+
+def is_transient(exc: BaseException) -> bool:
+    """Temporary-looking: refused/reset connection, DNS, navigation timeout, HTTP 429/502/503/504."""
+    flag = getattr(exc, "transient", None)
+    if flag is not None:
+        return bool(flag)
+    status = getattr(exc, "status", None)
+    if isinstance(status, int):
+        return status in TRANSIENT_STATUS
+    if isinstance(exc, (ConnectionRefusedError, ConnectionResetError, ConnectionAbortedError, TimeoutError, asyncio.TimeoutError)):
+        return True
+    import socket
+
+    return isinstance(exc, socket.gaierror)
+
+
+async def retry_async(fn: Callable[[], Awaitable[T]], *, policy: RetryPolicy | None = None, log=None,
+                      what: str = "call", transient: Callable[[BaseException], bool] = is_transient) -> T:
+    """Await ``fn()``; on a transient error retry up to ``policy.attempts`` in all. Anything else raises at once."""
+    policy = policy or RetryPolicy()
+    for attempt in range(1, policy.attempts + 1):
+        try:
+            return await fn()
+        except Exception as exc:
+            if attempt >= policy.attempts or not transient(exc):
+                raise
+            wait = policy.wait(attempt)
+            if log is not None:
+                log.warning("%s failed transiently (%s); retry %d/%d in %.2fs", what, exc, attempt, policy.attempts - 1, wait)
+            await asyncio.sleep(wait)
+    raise AssertionError("unreachable")
+
+
+def retry_sync(fn: Callable[[], T], *, policy: RetryPolicy | None = None, log=None, what: str = "call",
+               transient: Callable[[BaseException], bool] = is_transient) -> T:
+    """The blocking twin of :func:`retry_async`."""
+    policy = policy or RetryPolicy()
+    for attempt in range(1, policy.attempts + 1):
+        try:
+            return fn()
+        except Exception as exc:
+            if attempt >= policy.attempts or not transient(exc):
+                raise
+            wait = policy.wait(attempt)
+            if log is not None:
+                log.warning("%s failed transiently (%s); retry %d/%d in %.2fs", what, exc, attempt, policy.attempts - 1, wait)
+            time.sleep(wait)
+    raise AssertionError("unreachable")

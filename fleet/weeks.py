@@ -1,0 +1,44 @@
+"""Weeks: the partition key is the ISO week's Monday as YYYY-MM-DD, the only notion of "when"."""
+from __future__ import annotations
+
+import datetime as dt
+import re
+
+_ISO_WEEK = re.compile(r"^(\d{4})-?W(\d{1,2})$", re.IGNORECASE)
+
+
+def parse_week(value: str | dt.date) -> dt.date:
+    """Accept a Monday (``2026-11-16``), an ISO week (``2026-W47``) or a date; return the Monday."""
+    if isinstance(value, dt.datetime):
+        value = value.date()
+    if isinstance(value, dt.date):
+        return value - dt.timedelta(days=value.weekday())
+    text = str(value).strip()
+    m = _ISO_WEEK.match(text)
+    if m:
+        try:
+            return dt.date.fromisocalendar(int(m.group(1)), int(m.group(2)), 1)
+        except ValueError as exc:
+            raise ValueError(f"not an ISO week: {text!r} ({exc})") from None
+    try:
+        day = dt.date.fromisoformat(text)
+    except ValueError:
+        raise ValueError(f"not a week: {text!r}; give a Monday (2026-11-16) or an ISO week (2026-W47)") from None
+    if day.weekday() != 0:
+        raise ValueError(f"{text} is a {day:%A}, not a Monday; give the week's Monday or an ISO week (2026-W47)")
+    return day
+
+
+def week_key(value: str | dt.date) -> str:
+    """The partition key of a week."""
+    return parse_week(value).isoformat()
+
+
+def iso_label(value: str | dt.date) -> str:
+    y, w, _ = parse_week(value).isocalendar()
+    return f"{y}-W{w:02d}"
+
+
+def last_complete_week(today: dt.date) -> dt.date:
+    """The Monday of the last fully finished week, relative to ``today`` (used only by drivers, never by tasks)."""
+    return parse_week(today) - dt.timedelta(days=7)
