@@ -104,6 +104,7 @@ class ScrapeContext:
         deadline: float | None = None,
         retry: RetryPolicy | None = None,
         logger: logging.Logger | None = None,
+        progress_path: Path | None = None,
     ):
         self.source = source
         self.week = week
@@ -115,6 +116,7 @@ class ScrapeContext:
         self.pages_visited = 0
         self.last_url: str | None = None
         self._state_dir = state_dir
+        self._progress_path = progress_path
         self._checkpoint_path = state_dir / "checkpoint.json" if state_dir else None
         self._seen_path = state_dir / "seen.txt" if state_dir else None
         self.checkpoint: dict = _load_json(self._checkpoint_path)
@@ -124,6 +126,9 @@ class ScrapeContext:
     async def goto(self, page, url: str, *, timeout_ms: float = 30_000, wait_until: str = "load"):
         """Navigate ``page`` to ``url``. Retries transient failures; raises ``NavigationError`` on an HTTP error."""
         self.last_url = url
+        if self._progress_path:
+            # Read by fleet if this process has to be killed: the URL it was stuck on.
+            self._progress_path.write_text(url)
 
         async def once():
             try:

@@ -1,0 +1,123 @@
+"""Find scraper modules and their ``Scraper`` subclasses. A broken module becomes a broken source, never a crash."""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import importlib.util
+import inspect
+import re
+import sys
+import traceback
+from pathlib import Path
+from typing import Any, Mapping
+
+from fleet.errors import ScraperDefinitionError
+from fleet.scraping.contract import Scraper
+
+
+@dataclasses.dataclass(frozen=True)
+class Source:
+    """One source as the pipeline sees it: where its class lives, and what is wrong with it if it is broken."""
+
+    name: str
+    module_path: Path
+    class_name: str | None
+    description: str
+    schema: Mapping[str, Any] | None
+    key: tuple[str, ...]
+    timeout_s: float
+    error: str | None = None  # set for a broken module or class: the source fails with it when run
+
+    @property
+    def broken(self) -> bool:
+        return self.error is not None
+
+    def load_class(self) -> type[Scraper]:
+        if self.error:
+            raise ScraperDefinitionError(self.error)
+        module = load_module(self.module_path)
+        return getattr(module, self.class_name)
+
+
+def module_name_for(path: Path) -> str:
+    digest = hashlib.sha1(str(path.resolve().parent).encode()).hexdigest()[:10]
+    return f"fleet_scrapers_{digest}.{path.stem}"
+
+
+def load_module(path: Path):
+    """Import a scraper module from its file, once per process, under a name unique to its directory."""
+    name = module_name_for(path)
+    if name in sys.modules:
+        return sys.modules[name]
+    pkg = name.split(".")[0]
+    if pkg not in sys.modules:
+        import types
+        pkg_mod = types.ModuleType(pkg)
+        pkg_mod.__path__ = [str(path.parent)]
+        sys.modules[pkg] = pkg_mod
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        sys.modules.pop(name, None)
+        raise
+    return module
+
+
+def slug_for_module(path: Path) -> str:
+    s = re.sub(r"[^a-z0-9_]", "_", path.stem.lower())
+    if not s or not s[0].isalpha():
+        s = "m_" + s
+    return s
+
+
+def _broken(path: Path, error: str) -> Source:
+    return Source(name=slug_for_module(path), module_path=path, class_name=None,
+                  description=f"Broken scraper module {path.name}: {error.splitlines()[-1] if error else ''}",
+                  schema=None, key=(), timeout_s=60, error=error)
+
+
+def discover(dirs: list[Path]) -> list[Source]:
+    """Every source in ``dirs`` (non-recursive), sorted by name. Never raises for a bad module."""
+    sources: dict[str, Source] = {}
+
+    def add(src: Source) -> None:
+        if src.name in sources:
+            other = sources[src.name]
+            dup = _broken(src.module_path, f"scraper name {src.name!r} in {src.module_path} is already used by "
+                                           f"{other.module_path}; scraper names must be unique")
+            if dup.name in sources:
+                dup = dataclasses.replace(dup, name=f"{dup.name}_{hashlib.sha1(str(src.module_path).encode()).hexdigest()[:6]}")
+            sources[dup.name] = dup
+        else:
+            sources[src.name] = src
+
+    for d in dirs:
+        if not d.is_dir():
+            continue
+        for path in sorted(d.glob("*.py")):
+            if path.name.startswith("_"):
+                continue
+            try:
+                module = load_module(path)
+            except BaseException as exc:  # SyntaxError, ImportError, anything a module can raise on import
+                if isinstance(exc, (KeyboardInterrupt, SystemExit)) and not isinstance(exc, SystemExit):
+                    raise
+                detail = "".join(traceback.format_exception_only(type(exc), exc)).strip()
+                add(_broken(path, f"scraper module {path.name} failed to import: {detail}"))
+                continue
+            found = [obj for _, obj in inspect.getmembers(module, inspect.isclass)
+                     if issubclass(obj, Scraper) and obj is not Scraper and obj.__module__ == module.__name__]
+            if not found:
+                continue
+            for cls in found:
+                try:
+                    cls.validate_class()
+                except ScraperDefinitionError as exc:
+                    add(_broken(path, f"scraper module {path.name}: {exc}"))
+                    continue
+                add(Source(name=cls.name, module_path=path, class_name=cls.__name__, description=cls.description(),
+                           schema=dict(cls.schema), key=tuple(cls.key), timeout_s=float(cls.timeout_s)))
+    return [sources[k] for k in sorted(sources)]

@@ -1,0 +1,163 @@
+"""The scrape worker: one process per source attempt, killed as a whole at its hard timeout.
+
+Run as ``python -m fleet.scraping.worker SPEC.json``. It owns the browser, streams validated rows to a
+spool file (so a timeout keeps what was collected), and on failure keeps a screenshot and the page HTML.
+"""
+from __future__ import annotations
+
+import asyncio
+import ctypes
+import json
+import logging
+import os
+import signal
+import sys
+import time
+import traceback
+from pathlib import Path
+
+from fleet.errors import BadRowError, NavigationError
+from fleet.scraping.contract import ScrapeContext
+from fleet.scraping.discovery import Source, load_module
+from fleet.scraping.retry import RetryPolicy
+from fleet.storage.frames import encode_row, validate_row
+
+BROWSER_GONE_MARKERS = ("Target crashed", "Browser has been closed", "browser has disconnected",
+                        "Target page, context or browser has been closed", "Browser closed")
+
+
+def _die_with_parent() -> None:
+    """If the step process dies (SIGKILL, OOM), take this worker down too rather than orphan it."""
+    try:
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except OSError:
+        pass
+
+
+async def _capture(page, evidence_dir: Path, log) -> dict:
+    out = {}
+    if page is None or page.is_closed():
+        return out
+    evidence_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        shot = evidence_dir / "screenshot.png"
+        await page.screenshot(path=str(shot), full_page=True, timeout=5000)
+        out["screenshot"] = str(shot)
+    except Exception as exc:  # evidence is best effort; the failure itself is what matters
+        log.warning("could not take a screenshot: %s", str(exc).splitlines()[0])
+    try:
+        html = evidence_dir / "page.html"
+        html.write_text(await asyncio.wait_for(page.content(), 5), encoding="utf-8")
+        out["html"] = str(html)
+    except Exception as exc:
+        log.warning("could not save the page HTML: %s", str(exc).splitlines()[0])
+    try:
+        out["page_url"] = page.url
+    except Exception:
+        pass
+    return out
+
+
+async def run(spec: dict) -> dict:
+    from playwright.async_api import async_playwright
+
+    source = Source(name=spec["source"], module_path=Path(spec["module_path"]), class_name=spec["class_name"],
+                    description="", schema=None, key=(), timeout_s=spec["timeout_s"])
+    work = Path(spec["work_dir"])
+    evidence_dir = Path(spec["evidence_dir"])
+    spool_path = Path(spec["spool_path"])
+    start = time.monotonic()
+    deadline = start + spec["timeout_s"]
+    log = logging.getLogger(f"fleet.scraper.{source.name}")
+    result: dict = {"status": "failed", "category": "source", "rows": 0, "pages": 0}
+
+    cls = getattr(load_module(source.module_path), source.class_name)
+    schema, key = dict(cls.schema), tuple(cls.key)
+    import datetime as dt
+
+    ctx = ScrapeContext(source=source.name, week=dt.date.fromisoformat(spec["week"]), run_id=spec["run_id"],
+                        deep=spec["deep"], state_dir=work, deadline=deadline,
+                        retry=RetryPolicy(**spec.get("retry", {})), logger=log,
+                        progress_path=work / "last_url.txt")
+    browser_gone = {"flag": False}
+    page = None
+    # Soft deadline: leave a little time before the hard kill to save evidence of an async hang.
+    grace = min(2.0, spec["timeout_s"] * 0.2)
+    async with async_playwright() as pw:
+        browser = await pw.chromium.launch(executable_path=spec["chromium"], headless=True,
+                                           args=["--disable-background-networking", "--disable-component-update",
+                                                 "--disable-sync", "--no-first-run", "--disable-quic"])
+        browser.on("disconnected", lambda _b: browser_gone.__setitem__("flag", True))
+        context = await browser.new_context()
+        page = await context.new_page()
+        page.on("crash", lambda _p: browser_gone.__setitem__("flag", True))
+        seen_keys: dict[tuple, dict] = {}
+        count = 0
+
+        async def consume():
+            nonlocal count
+            with open(spool_path, "a", encoding="utf-8") as spool:
+                async for row in cls().scrape(page, ctx):
+                    clean = validate_row(source.name, schema, key, row, count)
+                    k = tuple(clean[c] for c in key)
+                    prev = seen_keys.get(k)
+                    if prev is not None and prev != clean:
+                        col = next(c for c in schema if prev.get(c) != clean.get(c))
+                        raise BadRowError(f"source {source.name}: duplicate key {dict(zip(key, k))} with different "
+                                          f"values in column {col!r}: {prev.get(col)!r} vs {clean.get(col)!r}")
+                    seen_keys[k] = clean
+                    spool.write(encode_row(clean) + "\n")
+                    spool.flush()
+                    count += 1
+
+        try:
+            await asyncio.wait_for(consume(), timeout=max(0.1, spec["timeout_s"] - grace))
+            result = {"status": "ok" if count else "empty", "category": None}
+        except asyncio.TimeoutError:
+            result = {"status": "timeout", "category": "source",
+                      "error": f"source {source.name}: timed out after {spec['timeout_s']:g}s (timeout_s)"}
+        except Exception as exc:
+            text = f"{type(exc).__name__}: {exc}"
+            infra = browser_gone["flag"] or any(m in str(exc) for m in BROWSER_GONE_MARKERS)
+            result = {"status": "failed", "category": "infra" if infra else "source",
+                      "error": text if str(exc).startswith("source ") else f"source {source.name}: {text}",
+                      "error_type": type(exc).__name__, "traceback": traceback.format_exc()}
+            if isinstance(exc, NavigationError):
+                result["url"] = exc.url
+                if exc.status is not None:
+                    result["http_status"] = exc.status
+            if infra:
+                result["error"] = f"source {source.name}: the browser crashed: {text}"
+        if result["status"] not in ("ok", "empty"):
+            result["evidence"] = await _capture(page, evidence_dir, log)
+            (evidence_dir / "error.txt").parent.mkdir(parents=True, exist_ok=True)
+            (evidence_dir / "error.txt").write_text(result.get("traceback") or result.get("error", ""))
+        result.update(rows=count, pages=ctx.pages_visited, url=result.get("url") or ctx.last_url,
+                      seconds=round(time.monotonic() - start, 3))
+        try:
+            await asyncio.wait_for(browser.close(), 10)
+        except Exception:
+            pass
+    return result
+
+
+def main(argv: list[str]) -> int:
+    _die_with_parent()
+    spec = json.loads(Path(argv[1]).read_text())
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(message)s")
+    try:
+        result = asyncio.run(run(spec))
+    except BaseException as exc:  # the module failed to load, or the browser could not start
+        infra = "Executable doesn't exist" in str(exc) or "launch" in str(exc).lower()
+        result = {"status": "failed", "category": "infra" if infra else "source",
+                  "error": f"source {spec['source']}: {type(exc).__name__}: {exc}",
+                  "error_type": type(exc).__name__, "traceback": traceback.format_exc(), "rows": 0, "pages": 0}
+    tmp = Path(spec["result_path"] + ".tmp")
+    tmp.write_text(json.dumps(result, default=str))
+    os.replace(tmp, spec["result_path"])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
