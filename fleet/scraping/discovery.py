@@ -81,18 +81,8 @@ def _broken(path: Path, error: str) -> Source:
 
 def discover(dirs: list[Path]) -> list[Source]:
     """Every source in ``dirs`` (non-recursive), sorted by name. Never raises for a bad module."""
-    sources: dict[str, Source] = {}
-
-    def add(src: Source) -> None:
-        if src.name in sources:
-            other = sources[src.name]
-            dup = _broken(src.module_path, f"scraper name {src.name!r} in {src.module_path} is already used by "
-                                           f"{other.module_path}; scraper names must be unique")
-            if dup.name in sources:
-                dup = dataclasses.replace(dup, name=f"{dup.name}_{hashlib.sha1(str(src.module_path).encode()).hexdigest()[:6]}")
-            sources[dup.name] = dup
-        else:
-            sources[src.name] = src
+    candidates: list[Source] = []
+    add = candidates.append
 
     for d in dirs:
         if not d.is_dir():
@@ -120,4 +110,18 @@ def discover(dirs: list[Path]) -> list[Source]:
                     continue
                 add(Source(name=cls.name, module_path=path, class_name=cls.__name__, description=cls.description(),
                            schema=dict(cls.schema), key=tuple(cls.key), timeout_s=float(cls.timeout_s)))
+    by_name: dict[str, list[Source]] = {}
+    for src in candidates:
+        by_name.setdefault(src.name, []).append(src)
+    sources: dict[str, Source] = {}
+    for name, group in by_name.items():
+        if len(group) > 1:
+            # Ambiguous: none of them runs, each fails under its module's name, saying where the twin is.
+            where = ", ".join(str(g.module_path) for g in group)
+            group = [_broken(g.module_path, f"scraper name {name!r} is defined more than once ({where}); "
+                                            f"scraper names must be unique") for g in group]
+        for src in group:
+            if src.name in sources:
+                src = dataclasses.replace(src, name=f"{src.name}_{hashlib.sha1(str(src.module_path).encode()).hexdigest()[:6]}")
+            sources[src.name] = src
     return [sources[k] for k in sorted(sources)]

@@ -1,0 +1,242 @@
+"""``fleet``: run a week, the demo, the UI, status, and re-commit from stored artifacts. Thin: calls into the layers."""
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import fcntl
+import os
+import sys
+from pathlib import Path
+
+import click
+
+from fleet.config import PROJECT_ROOT, scraper_dirs, settings
+from fleet.errors import FleetError
+from fleet.weeks import last_complete_week, parse_week, week_key
+
+EXIT_OK, EXIT_PARTIAL, EXIT_NOTHING = 0, 1, 2
+
+
+def _week_option(f):
+    return click.option("--week", "week", default=None,
+                        help="Monday (2026-11-16) or ISO week (2026-W47); default: the last complete week.")(f)
+
+
+def resolve_week(week: str | None) -> str:
+    try:
+        return week_key(week) if week else last_complete_week(dt.date.today()).isoformat()
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--week") from None
+
+
+@contextlib.contextmanager
+def week_lock(home: Path, week: str):
+    """One `fleet run` per week on this machine. flock dies with its process, so a killed run never blocks the week."""
+    lock_dir = home / "locks"
+    lock_dir.mkdir(parents=True, exist_ok=True)
+    fh = open(lock_dir / f"{week}.lock", "a+")
+    try:
+        fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        fh.seek(0)
+        holder = fh.read().strip() or "another process"
+        fh.close()
+        raise FleetError(f"week {week} is already being run by {holder}; not starting a second run") from None
+    fh.seek(0)
+    fh.truncate()
+    fh.write(f"pid {os.getpid()}")
+    fh.flush()
+    try:
+        yield
+    finally:
+        fh.close()
+
+
+def run_week(week: str, sources: tuple[str, ...] = (), deep: tuple[str, ...] = (), refresh: bool = False,
+             echo=click.echo) -> int:
+    """Drive one week through the same jobs the schedule and UI use, applying the sensor's policy in-process."""
+    from dagster import AssetKey, execute_job, reconstructable
+
+    from fleet.defs import definitions as d
+    from fleet.defs.automation import follow_up_request
+    from fleet.defs.instance import get_instance
+    from fleet.policy import taxonomy as tx
+
+    s = settings()
+    instance = get_instance(s)
+    names = sorted(k.path[-1] for k in d.defs.resolve_all_asset_keys() if k.path[0] == "raw")
+    unknown = [n for n in (*sources, *deep) if n not in names]
+    if unknown:
+        raise FleetError(f"unknown source(s): {', '.join(unknown)}; known: {', '.join(names)}")
+    ops = {f"{tx.RAW_PREFIX}{n}": {"config": {"deep": n in deep, "refresh": refresh}} for n in (sources or names)
+           if n in deep or refresh}
+    logging_cfg = {"loggers": {"console": {"config": {"log_level": "INFO"}}}}
+    base_tags = {tx.PARTITION_TAG: week, tx.TAG_DRIVER: "cli"}
+    selection = [AssetKey(["raw", n]) for n in sources] if sources else None
+
+    with week_lock(s.home, week):
+        echo(f"fleet: scraping week {week} ({len(sources or names)} sources, at most {s.max_parallel} at once)")
+        result = execute_job(reconstructable(d.scrape_week_job), instance, run_config={"ops": ops, **logging_cfg},
+                             tags={**base_tags, tx.TAG_KIND: "scrape"}, asset_selection=selection)
+        run = instance.get_run_by_id(result.run_id)
+        publish_run = None
+        while True:
+            action, request = follow_up_request(instance, run, s.crash_reruns)
+            if request is None:
+                break
+            echo(f"fleet: {action.reason}")
+            job = d.scrape_week_job if action.kind == "rerun" else d.publish_week_job
+            cfg = {**(request.run_config or {}), **logging_cfg}
+            result = execute_job(reconstructable(job), instance, run_config=cfg,
+                                 tags={**base_tags, **request.tags}, asset_selection=request.asset_selection)
+            run = instance.get_run_by_id(result.run_id)
+            if action.kind == "publish":
+                publish_run = run
+                break
+        return report(instance, week, names, publish_run, echo)
+
+
+def report(instance, week: str, names: list[str], publish_run, echo) -> int:
+    from dagster import DagsterEventType
+
+    from fleet.defs.assets import artifact_store
+    from fleet.policy.status import week_status
+    from fleet.storage import store as keys
+
+    store = artifact_store()
+    rows = week_status(instance, store, week, names)
+    print_status(rows, echo)
+    steps_ok = set()
+    failures = {}
+    if publish_run is not None:
+        for rec in instance.all_logs(publish_run.run_id, of_type={DagsterEventType.STEP_SUCCESS, DagsterEventType.STEP_FAILURE}):
+            ev = rec.dagster_event
+            if ev.event_type == DagsterEventType.STEP_SUCCESS:
+                steps_ok.add(ev.step_key)
+            else:
+                failures[ev.step_key] = ev.step_failure_data.error.message.strip() if ev.step_failure_data.error else "failed"
+    for stage in ("raw", "processed"):
+        rec = store.read_json(week, keys.commit_key(stage))
+        if f"{stage}_commit" in steps_ok and rec:
+            echo(f"commit {stage:<9} {rec['status']:<10} {rec['sha']}")
+    for step, msg in failures.items():
+        echo(f"FAILED {step}: {msg.splitlines()[-1] if msg else ''}", err=True)
+    if "raw_commit" not in steps_ok:
+        if publish_run is None:
+            echo("nothing was committed: no publish run happened", err=True)
+        return EXIT_NOTHING
+    if "processed_commit" not in steps_ok:
+        echo("the raw rows were committed, but post-processing or its commit failed (see above); "
+             "rerun with `fleet reprocess` or `fleet commit --stage processed`", err=True)
+        return EXIT_PARTIAL
+    return EXIT_OK if all(r.status in ("ok",) for r in rows) else EXIT_PARTIAL
+
+
+def print_status(rows, echo=click.echo) -> None:
+    echo(f"{'source':<20} {'status':<8} {'category':<8} {'rows':>6} {'seconds':>8} {'attempts':>8}  detail")
+    for r in rows:
+        detail = r.note or ""
+        if r.error:
+            detail = (detail + "; " if detail else "") + r.error.strip().splitlines()[0][:140]
+        echo(f"{r.source:<20} {r.status:<8} {(r.category or '-'):<8} {r.rows:>6} {r.seconds:>8.1f} {r.attempts:>8}  {detail}")
+
+
+@click.group()
+def main():
+    """fleet: weekly Playwright scrapers as a Dagster asset graph, committed to a Git-LFS data repository."""
+
+
+def _run_options(f):
+    f = click.option("--refresh", is_flag=True, help="Scrape again even where this week's raw artifact is stored.")(f)
+    f = click.option("--deep", multiple=True, metavar="NAME", help="Turn on NAME's expensive phase.")(f)
+    f = click.option("--source", "sources", multiple=True, metavar="NAME", help="Only these sources.")(f)
+    return _week_option(f)
+
+
+def _exit_on_error(fn, *args, **kwargs):
+    try:
+        return fn(*args, **kwargs)
+    except FleetError as exc:
+        click.echo(f"fleet: error: {exc}", err=True)
+        sys.exit(EXIT_NOTHING)
+
+
+@main.command()
+@_run_options
+def run(week, sources, deep, refresh):
+    """Run the weekly pipeline for one week."""
+    sys.exit(_exit_on_error(run_week, resolve_week(week), sources, deep, refresh))
+
+
+@main.command()
+@_run_options
+def demo(week, sources, deep, refresh):
+    """Start the bundled demo sites on 127.0.0.1 and run the demo scrapers against them."""
+    from fleet.demo.sites import DemoSites
+
+    with DemoSites() as sites:
+        os.environ["FLEET_DEMO_URL"] = sites.url
+        click.echo(f"fleet: demo sites at {sites.url}")
+        code = _exit_on_error(run_week, resolve_week(week), sources, deep, refresh)
+    sys.exit(code)
+
+
+@main.command()
+@_week_option
+def status(week):
+    """Per source: status, category, rows, seconds, attempts and error for one week."""
+    from fleet.defs import definitions as d
+    from fleet.defs.assets import artifact_store
+    from fleet.defs.instance import get_instance
+    from fleet.policy.status import week_status
+
+    w = resolve_week(week)
+    names = sorted(k.path[-1] for k in d.defs.resolve_all_asset_keys() if k.path[0] == "raw")
+    click.echo(f"week {w}")
+    print_status(week_status(get_instance(settings()), artifact_store(), w, names))
+
+
+@main.command()
+@_week_option
+@click.option("--stage", type=click.Choice(["raw", "processed"]), default=None, help="Only this stage (default: both that are stored).")
+def commit(week, stage):
+    """Re-run only the commit of a week, from its stored artifacts."""
+    from fleet.defs.assets import artifact_store
+    from fleet.publish.week import STAGE_FILES, commit_stage
+
+    w = resolve_week(week)
+    store = artifact_store()
+    stages = [stage] if stage else [st for st, (key, _) in STAGE_FILES.items() if store.exists(w, key)]
+    if not stages:
+        click.echo(f"fleet: error: week {w} has no stored artifacts to commit", err=True)
+        sys.exit(EXIT_NOTHING)
+    for st in stages:
+        res = _exit_on_error(commit_stage, settings(), store, w, st, run_id="cli-commit")
+        click.echo(f"commit {st:<9} {res.status:<10} {res.sha}")
+
+
+@main.command()
+@click.option("--port", default=3000, show_default=True)
+@click.option("--demo/--no-demo", default=None, help="Serve the demo sites too (default: when using the bundled scrapers).")
+def ui(port, demo):
+    """The Dagster UI (webserver and daemon) on workspace.yaml."""
+    import subprocess
+
+    from fleet.defs.instance import ensure_home
+
+    ensure_home(settings())
+    use_demo = demo if demo is not None else not os.environ.get("FLEET_SCRAPERS_DIR")
+    stack = contextlib.ExitStack()
+    if use_demo:
+        from fleet.demo.sites import DemoSites
+
+        sites = stack.enter_context(DemoSites())
+        os.environ["FLEET_DEMO_URL"] = sites.url
+        click.echo(f"fleet: demo sites at {sites.url}")
+    with stack:
+        cmd = [sys.executable, "-m", "dagster", "dev", "-w", str(PROJECT_ROOT / "workspace.yaml"), "-p", str(port)]
+        sys.exit(subprocess.call(cmd, cwd=PROJECT_ROOT))
+
+
+if __name__ == "__main__":
+    main()

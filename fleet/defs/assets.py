@@ -1,0 +1,133 @@
+"""The asset graph: raw/<source> per scraper -> consolidated_raw_rows -> raw_commit -> post_processed -> processed_commit."""
+
+from typing import Optional
+
+from dagster import (
+    AssetCheckResult, AssetCheckSeverity, AssetCheckSpec, AssetExecutionContext, AssetKey, Config, Failure,
+    MaterializeResult, MetadataValue, WeeklyPartitionsDefinition, asset,
+)
+
+from fleet.config import settings
+from fleet.scraping.discovery import Source
+from fleet.scraping.runner import run_source
+from fleet.storage import store as keys
+from fleet.storage.consolidate import consolidate, post_process
+from fleet.storage.store import LocalArtifactStore
+
+RAW_GROUP = "raw"
+PUBLISH_GROUP = "publish"
+
+
+def partitions() -> WeeklyPartitionsDefinition:
+    # ISO weeks start on Monday (day_offset=1); end_offset=1 includes the in-progress week for manual runs.
+    return WeeklyPartitionsDefinition(start_date=settings().start_week, day_offset=1, end_offset=1, fmt="%Y-%m-%d")
+
+
+def artifact_store() -> LocalArtifactStore:
+    return LocalArtifactStore(settings().store_root)
+
+
+class RawConfig(Config):
+    deep: bool = False
+    """Turn on this source's expensive phase (detail pages)."""
+    timeout_s: Optional[float] = None
+    """Override the scraper's timeout_s for this run."""
+    refresh: bool = False
+    """Scrape again even if this week's artifact is already stored."""
+    retry_attempts: int = 3
+    """Attempts for transient navigation errors."""
+
+
+def _md_path(p):
+    return MetadataValue.path(p) if p else MetadataValue.text("-")
+
+
+def raw_asset(source: Source, partitions_def):
+    key = AssetKey(["raw", source.name])
+
+    @asset(
+        key=key, partitions_def=partitions_def, pool="scrapers", group_name=RAW_GROUP,
+        description=source.description, kinds={"playwright", "parquet"},
+        check_specs=[AssetCheckSpec("non_empty", asset=key, blocking=False,
+                                    description="The source returned at least one row this week.")],
+        tags={"fleet/source": source.name},
+    )
+    def _raw(context: AssetExecutionContext, config: RawConfig):
+        week = context.partition_key
+        store = artifact_store()
+        out = run_source(source, week, store=store, run_id=context.run_id, deep=config.deep,
+                         timeout_s=config.timeout_s, refresh=config.refresh,
+                         retry={"attempts": config.retry_attempts}, log=context.log)
+        common = {
+            "fleet/status": out.status, "seconds": float(out.seconds), "pages": out.pages,
+            "url": MetadataValue.text(out.url or "-"),
+        }
+        if not out.succeeded:
+            raise Failure(
+                description=f"[{out.category}] {out.error}",
+                metadata={**common, "fleet/category": out.category or "source", "error": MetadataValue.text(out.error or ""),
+                          "screenshot": _md_path(out.evidence.get("screenshot")), "html": _md_path(out.evidence.get("html")),
+                          "evidence_dir": _md_path(str(store.path(week, keys.evidence_key(source.name))))},
+                allow_retries=False,
+            )
+        if out.status == "partial":
+            context.log.warning(f"[run {context.run_id}] [{source.name}] {out.error}; keeping the {out.rows} rows collected")
+        return MaterializeResult(
+            metadata={**common, "dagster/row_count": out.rows, "path": MetadataValue.path(str(store.path(week, keys.raw_key(source.name)))),
+                      "reused": out.reused},
+            check_results=[AssetCheckResult(
+                check_name="non_empty", passed=out.rows > 0, severity=AssetCheckSeverity.ERROR,
+                description=None if out.rows else f"empty feed: source {source.name} returned no rows for week {week}",
+                metadata={"rows": out.rows})],
+        )
+
+    return _raw
+
+
+def publish_assets(sources: list[Source], partitions_def):
+    names = [s.name for s in sources]
+    raw_keys = [AssetKey(["raw", n]) for n in names]
+
+    @asset(partitions_def=partitions_def, deps=raw_keys, group_name=PUBLISH_GROUP, kinds={"polars", "parquet"})
+    def consolidated_raw_rows(context: AssetExecutionContext) -> MaterializeResult:
+        """All sources' rows for the week in one parquet file with a `source` column: whatever succeeded this week."""
+        week = context.partition_key
+        summary = consolidate(artifact_store(), week, names)
+        if summary["rows"] == 0:
+            raise Failure(description=f"infrastructure failure: no source returned data for week {week}",
+                          metadata={"fleet/category": "infra", "missing": MetadataValue.json(summary["missing"])},
+                          allow_retries=False)
+        for name, why in summary["missing"].items():
+            context.log.warning(f"[run {context.run_id}] [{name}] missing from week {week}: {why.get('status')} "
+                                f"({why.get('category')}): {why.get('error')}")
+        return MaterializeResult(metadata={
+            "dagster/row_count": summary["rows"], "sources_included": len(summary["included"]),
+            "sources_missing": len(summary["missing"]), "missing": MetadataValue.json(summary["missing"]),
+            "included": MetadataValue.json(summary["included"]),
+        })
+
+    def _commit(context, stage: str) -> MaterializeResult:
+        from fleet.publish.week import commit_stage
+
+        week = context.partition_key
+        result = commit_stage(settings(), artifact_store(), week, stage, run_id=context.run_id, log=context.log)
+        context.log.info(f"[run {context.run_id}] {stage} commit for week {week}: {result.status} {result.sha}")
+        return MaterializeResult(metadata={"commit": result.sha or "-", "status": result.status, "attempts": result.attempts})
+
+    @asset(partitions_def=partitions_def, deps=[consolidated_raw_rows], group_name=PUBLISH_GROUP, kinds={"git"})
+    def raw_commit(context: AssetExecutionContext) -> MaterializeResult:
+        """The week's consolidated raw rows committed to the data repository, before post-processing starts."""
+        return _commit(context, "raw")
+
+    @asset(partitions_def=partitions_def, deps=[raw_commit], group_name=PUBLISH_GROUP, kinds={"polars", "parquet"})
+    def post_processed(context: AssetExecutionContext) -> MaterializeResult:
+        """Expensive post-processing of the stored raw rows: normalisation, dedup across sources, derived columns."""
+        rows = post_process(artifact_store(), context.partition_key)
+        return MaterializeResult(metadata={"dagster/row_count": rows})
+
+    @asset(partitions_def=partitions_def, deps=[post_processed], group_name=PUBLISH_GROUP, kinds={"git"})
+    def processed_commit(context: AssetExecutionContext) -> MaterializeResult:
+        """The week's post-processed rows committed to the data repository, in a commit of their own."""
+        return _commit(context, "processed")
+
+    return [consolidated_raw_rows, raw_commit, post_processed, processed_commit]

@@ -1,0 +1,71 @@
+"""Schedule and run-status sensors: the weekly tick, crash re-execution, and consolidation after the scrape stage."""
+from __future__ import annotations
+
+import datetime as dt
+
+from dagster import (
+    AssetKey, DagsterRunStatus, DefaultScheduleStatus, DefaultSensorStatus, RunRequest, RunStatusSensorContext,
+    ScheduleEvaluationContext, SkipReason, run_status_sensor, schedule,
+)
+
+from fleet.config import settings
+from fleet.policy import taxonomy as tx
+from fleet.weeks import last_complete_week
+
+
+def follow_up_request(instance, run, max_reruns: int):
+    """The RunRequest that should follow ``run`` under fleet's policy, or None. Shared by the sensors and the CLI."""
+    action = tx.next_action(instance, run, max_reruns)
+    outcomes = tx.run_outcomes(instance, run)
+    tag = tx.failure_tag(outcomes.values())
+    if tag and run.tags.get(tx.TAG_FAILURE) != tag:
+        instance.add_run_tags(run.run_id, {tx.TAG_FAILURE: tag})
+    if action.kind == "rerun":
+        step_keys = {f"{tx.RAW_PREFIX}{s}" for s in action.sources}
+        ops = {k: v for k, v in (run.run_config or {}).get("ops", {}).items() if k in step_keys}
+        return action, RunRequest(
+            job_name="scrape_week", partition_key=action.week, run_key=f"rerun:{run.run_id}",
+            asset_selection=[AssetKey(["raw", s]) for s in action.sources],
+            run_config={"ops": ops} if ops else {},
+            tags={tx.TAG_KIND: "rerun", tx.TAG_ATTEMPT: str(action.attempt), tx.TAG_RECOVERS: run.run_id},
+        )
+    if action.kind == "publish":
+        return action, RunRequest(job_name="publish_week", partition_key=action.week, run_key=f"publish:{run.run_id}",
+                                  tags={tx.TAG_KIND: "publish", tx.TAG_RECOVERS: run.run_id})
+    return action, None
+
+
+def _follow(context: RunStatusSensorContext):
+    run = context.dagster_run
+    if run.tags.get(tx.TAG_DRIVER) == "cli":
+        return SkipReason(f"run {run.run_id} is driven by `fleet run`, which applies the policy itself")
+    action, request = follow_up_request(context.instance, run, settings().crash_reruns)
+    if request is None:
+        return SkipReason(f"run {run.run_id}: {action.reason}")
+    context.log.info(f"run {run.run_id} for week {action.week}: {action.reason}")
+    return request
+
+
+def build_automation(scrape_job, publish_job):
+    @run_status_sensor(run_status=DagsterRunStatus.FAILURE, request_jobs=[scrape_job, publish_job],
+                       name="fleet_after_failed_run", minimum_interval_seconds=5,
+                       default_status=DefaultSensorStatus.RUNNING)
+    def after_failed_run(context: RunStatusSensorContext):
+        """Classify a failed run's steps (infra/source); re-execute crashed sources (≤ N) or consolidate the week."""
+        return _follow(context)
+
+    @run_status_sensor(run_status=DagsterRunStatus.SUCCESS, request_jobs=[scrape_job, publish_job],
+                       name="fleet_after_scrape_run", minimum_interval_seconds=5,
+                       default_status=DefaultSensorStatus.RUNNING)
+    def after_successful_run(context: RunStatusSensorContext):
+        """After a scrape-only run succeeds, consolidate and commit the week."""
+        return _follow(context)
+
+    @schedule(job=scrape_job, cron_schedule="0 6 * * 1", execution_timezone="UTC", name="weekly_fleet",
+              default_status=DefaultScheduleStatus.STOPPED)
+    def weekly_fleet(context: ScheduleEvaluationContext):
+        """Every Monday, scrape the week that just ended (the tick's own time, never the wall clock)."""
+        week = last_complete_week(context.scheduled_execution_time.date()).isoformat()
+        return RunRequest(partition_key=week, run_key=f"weekly:{week}", tags={tx.TAG_KIND: "scrape"})
+
+    return [after_failed_run, after_successful_run], [weekly_fleet]

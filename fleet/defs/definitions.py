@@ -1,0 +1,40 @@
+"""Dagster definitions for fleet: loaded by ``workspace.yaml``, the CLI and the tests."""
+from __future__ import annotations
+
+from dagster import AssetSelection, Definitions, define_asset_job, multiprocess_executor
+
+from fleet.config import scraper_dirs, settings
+from fleet.defs.assets import PUBLISH_GROUP, RAW_GROUP, partitions, publish_assets, raw_asset
+from fleet.defs.automation import build_automation
+from fleet.scraping.discovery import discover
+
+
+def build_defs() -> Definitions:
+    s = settings()
+    sources = discover(scraper_dirs())
+    parts = partitions()
+    raw = [raw_asset(src, parts) for src in sources]
+    publish = publish_assets(sources, parts)
+    scrape_job = define_asset_job("scrape_week", selection=AssetSelection.groups(RAW_GROUP), partitions_def=parts,
+                                  description="Scrape every source for one week (raw/<source> assets).")
+    publish_job = define_asset_job("publish_week", selection=AssetSelection.groups(PUBLISH_GROUP), partitions_def=parts,
+                                   description="Consolidate, commit raw, post-process, commit processed.")
+    sensors, schedules = build_automation(scrape_job, publish_job)
+    executor = multiprocess_executor.configured({
+        "max_concurrent": s.max_parallel,
+        # forkserver: each step forks from a process that already imported fleet, instead of a fresh interpreter
+        "start_method": {"forkserver": {"preload_modules": ["fleet.defs.assets", "fleet.scraping.runner"]}},
+    })
+    return Definitions(assets=[*raw, *publish], jobs=[scrape_job, publish_job], sensors=sensors,
+                       schedules=schedules, executor=executor)
+
+
+defs = build_defs()
+
+
+def scrape_week_job():
+    return defs.resolve_job_def("scrape_week")
+
+
+def publish_week_job():
+    return defs.resolve_job_def("publish_week")

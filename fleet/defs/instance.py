@@ -1,0 +1,61 @@
+"""The Dagster instance fleet uses: sqlite under ``FLEET_HOME/dagster``, with the scrapers pool and one run per week."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from fleet.config import Settings
+
+POOL = "scrapers"
+
+
+def dagster_yaml(s: Settings) -> str:
+    return f"""# Written by fleet. Edit FLEET_* settings rather than this file.
+telemetry:
+  enabled: false
+concurrency:
+  pools:
+    default_limit: {s.max_parallel}
+    granularity: op
+  runs:
+    max_concurrent_runs: 8
+    tag_concurrency_limits:
+      # one run per week at a time, for the UI, the schedule and the sensors
+      - key: dagster/partition
+        value:
+          applyLimitPerUniqueValue: true
+        limit: 1
+run_coordinator:
+  module: dagster._core.run_coordinator
+  class: QueuedRunCoordinator
+run_monitoring:
+  enabled: true
+  start_timeout_seconds: 180
+  poll_interval_seconds: 30
+  max_resume_run_attempts: 0
+"""
+
+
+def ensure_home(s: Settings) -> Path:
+    """Create ``FLEET_HOME`` and the Dagster home in it, point ``DAGSTER_HOME`` there, and return it."""
+    home = s.dagster_home
+    home.mkdir(parents=True, exist_ok=True)
+    cfg = home / "dagster.yaml"
+    text = dagster_yaml(s)
+    if not cfg.exists() or cfg.read_text() != text:
+        tmp = cfg.with_suffix(".tmp")
+        tmp.write_text(text)
+        os.replace(tmp, cfg)
+    os.environ["DAGSTER_HOME"] = str(home)
+    return home
+
+
+def get_instance(s: Settings):
+    from dagster import DagsterInstance
+
+    ensure_home(s)
+    instance = DagsterInstance.get()
+    # The pool cap must hold across concurrent runs, so it lives in the instance, not in a run's executor.
+    if instance.event_log_storage.get_concurrency_info(POOL).slot_count != s.max_parallel:
+        instance.event_log_storage.set_concurrency_slots(POOL, s.max_parallel)
+    return instance

@@ -1,0 +1,59 @@
+"""Per-source status of a week, read from the Dagster instance (step outcomes) and the stored outcomes (rows, seconds)."""
+from __future__ import annotations
+
+import dataclasses
+
+from dagster import DagsterInstance, RunsFilter
+
+from fleet.policy import taxonomy as tx
+from fleet.storage import store as keys
+from fleet.storage.store import ArtifactStore
+
+
+@dataclasses.dataclass
+class SourceStatus:
+    source: str
+    status: str            # ok | partial | empty | failed | timeout | not run
+    category: str | None
+    rows: int
+    seconds: float
+    attempts: int
+    error: str | None
+    note: str = ""
+
+
+def week_runs(instance: DagsterInstance, week: str) -> list:
+    runs = instance.get_runs(RunsFilter(tags={tx.PARTITION_TAG: week}))
+    return sorted(runs, key=lambda r: (instance.get_run_record_by_id(r.run_id).create_timestamp))
+
+
+def week_status(instance: DagsterInstance, store: ArtifactStore, week: str, sources: list[str]) -> list[SourceStatus]:
+    history: dict[str, list[tx.StepOutcome]] = {s: [] for s in sources}
+    for run in week_runs(instance, week):
+        for src, outcome in tx.run_outcomes(instance, run).items():
+            history.setdefault(src, []).append(outcome)
+    out = []
+    for src in sorted(history):
+        steps = history[src]
+        stored = store.read_json(week, keys.outcome_key(src)) or {}
+        if not steps:
+            out.append(SourceStatus(src, stored.get("status", "not run"), stored.get("category"), int(stored.get("rows") or 0),
+                                    float(stored.get("seconds") or 0), 0, stored.get("error")))
+            continue
+        last = steps[-1]
+        if last.status == "succeeded":
+            status, category, error = stored.get("status", "ok"), None, stored.get("error") if stored.get("status") == "partial" else None
+        elif last.category == "infra":
+            status, category, error = "failed", "infra", last.error
+        else:
+            status = last.metadata.get("fleet/status") or stored.get("status") or "failed"
+            category, error = last.category, last.error
+        note = ""
+        crashes = [i for i, s in enumerate(steps) if s.category == "infra"]
+        if last.status == "succeeded" and crashes:
+            note = f"recovered from infra failure on attempt {len(steps)}"
+        elif crashes and last.category == "infra":
+            note = f"infra failure on all {len(steps)} attempts"
+        rows = int(stored.get("rows") or 0) if status in ("ok", "partial", "empty") else 0
+        out.append(SourceStatus(src, status, category, rows, float(stored.get("seconds") or 0), len(steps), error, note))
+    return out

@@ -1,0 +1,150 @@
+"""Failure taxonomy and re-execution policy, read from a run's Dagster event log.
+
+One policy, two drivers: the run-status sensor and ``fleet run`` both call :func:`next_action`.
+``infra``  the step's process died without reporting, never finished, never started in a failed run, or the browser crashed.
+``source`` the scraper reported a failure: its exception, its timeout, bad rows, navigation after retries.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Iterable
+
+from dagster import AssetKey, DagsterEventType, DagsterInstance, DagsterRunStatus, RunsFilter
+
+RAW_PREFIX = "raw__"
+PUBLISH_STEP = "consolidated_raw_rows"
+INFRA_ERRORS = ("ChildProcessCrashException", "DagsterExecutionInterruptedError", "ChildProcessCrashedError",
+                "DagsterUnknownStepStateError")
+TAG_KIND = "fleet/kind"          # scrape | rerun | publish
+TAG_ATTEMPT = "fleet/attempt"
+TAG_RECOVERS = "fleet/recovers"
+TAG_FAILURE = "fleet/failure"    # infra | source | mixed
+TAG_DRIVER = "fleet/driver"      # cli when fleet run drives the policy itself
+PARTITION_TAG = "dagster/partition"
+
+
+@dataclasses.dataclass
+class StepOutcome:
+    source: str
+    status: str                  # succeeded | failed | interrupted | not started
+    category: str | None = None  # infra | source
+    error: str | None = None
+    metadata: dict = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass
+class Action:
+    kind: str                    # rerun | publish | none
+    week: str | None
+    sources: list[str] = dataclasses.field(default_factory=list)
+    attempt: int = 1
+    reason: str = ""
+    exhausted: list[str] = dataclasses.field(default_factory=list)
+
+
+def source_of(step_key: str) -> str | None:
+    return step_key[len(RAW_PREFIX):] if step_key.startswith(RAW_PREFIX) else None
+
+
+def _error_names(error) -> list[str]:
+    names = []
+    while error is not None:
+        names.append(error.cls_name or "")
+        error = error.cause or getattr(error, "context", None)
+    return names
+
+
+def _metadata_values(md) -> dict:
+    out = {}
+    for k, v in (md or {}).items():
+        out[k] = getattr(v, "value", getattr(v, "text", v))
+    return out
+
+
+def classify_failure(failure_data) -> tuple[str, str]:
+    """(category, message) of a STEP_FAILURE event's data."""
+    user = getattr(failure_data, "user_failure_data", None)
+    error = getattr(failure_data, "error", None)
+    if user is not None:
+        md = _metadata_values(user.metadata)
+        cat = md.get("fleet/category")
+        if cat in ("infra", "source"):
+            return cat, user.description or (error.message if error else "")
+    names = _error_names(error)
+    message = (error.message.strip() if error and error.message else "") or "step failed"
+    if any(n in INFRA_ERRORS for n in names):
+        return "infra", message
+    return "source", message
+
+
+def planned_steps(instance: DagsterInstance, run) -> list[str]:
+    if run.execution_plan_snapshot_id:
+        snap = instance.get_execution_plan_snapshot(run.execution_plan_snapshot_id)
+        if snap is not None:
+            keys = snap.step_keys_to_execute or [s.key for s in snap.steps]
+            return list(keys)
+    return []
+
+
+def run_outcomes(instance: DagsterInstance, run) -> dict[str, StepOutcome]:
+    """Per source scraped in ``run``: what happened to its step."""
+    records = instance.all_logs(run.run_id, of_type={DagsterEventType.STEP_START, DagsterEventType.STEP_SUCCESS,
+                                                      DagsterEventType.STEP_FAILURE})
+    out: dict[str, StepOutcome] = {}
+    for rec in records:
+        ev = rec.dagster_event
+        src = source_of(ev.step_key or "")
+        if src is None:
+            continue
+        if ev.event_type == DagsterEventType.STEP_START:
+            out.setdefault(src, StepOutcome(src, "interrupted", "infra", "the step started but never finished (worker lost)"))
+        elif ev.event_type == DagsterEventType.STEP_SUCCESS:
+            out[src] = StepOutcome(src, "succeeded")
+        else:
+            data = ev.step_failure_data
+            cat, msg = classify_failure(data)
+            md = _metadata_values(data.user_failure_data.metadata) if data.user_failure_data else {}
+            out[src] = StepOutcome(src, "failed", cat, msg, md)
+    if run.status in (DagsterRunStatus.FAILURE, DagsterRunStatus.CANCELED):
+        for key in planned_steps(instance, run):
+            src = source_of(key)
+            if src and src not in out:
+                out[src] = StepOutcome(src, "not started", "infra", "the run ended before this step started")
+    return out
+
+
+def failure_tag(outcomes: Iterable[StepOutcome]) -> str | None:
+    cats = {o.category for o in outcomes if o.status != "succeeded"}
+    if not cats:
+        return None
+    return cats.pop() if len(cats) == 1 else "mixed"
+
+
+def reruns_done(instance: DagsterInstance, week: str, source: str) -> int:
+    """How many automatic re-executions ``source`` has had for ``week``, counted across all runs."""
+    key = AssetKey(["raw", source])
+    runs = instance.get_runs(RunsFilter(tags={PARTITION_TAG: week, TAG_KIND: "rerun"}))
+    return sum(1 for r in runs if r.asset_selection and key in r.asset_selection)
+
+
+def published_in(instance: DagsterInstance, run) -> bool:
+    records = instance.all_logs(run.run_id, of_type={DagsterEventType.STEP_SUCCESS})
+    return any(r.dagster_event.step_key == PUBLISH_STEP for r in records)
+
+
+def next_action(instance: DagsterInstance, run, max_reruns: int) -> Action:
+    """What should follow a finished run: re-execute its crashed sources (bounded), publish the week, or nothing."""
+    week = run.tags.get(PARTITION_TAG)
+    outcomes = run_outcomes(instance, run)
+    if not week or not outcomes:
+        return Action("none", week, reason="not a scrape run")
+    crashed = sorted(s for s, o in outcomes.items() if o.category == "infra")
+    eligible = [s for s in crashed if reruns_done(instance, week, s) < max_reruns]
+    exhausted = [s for s in crashed if s not in eligible]
+    if eligible:
+        attempt = 1 + max(reruns_done(instance, week, s) for s in eligible) + 1
+        return Action("rerun", week, eligible, attempt=attempt, exhausted=exhausted,
+                      reason=f"re-executing crashed sources {', '.join(eligible)} (attempt {attempt})")
+    if published_in(instance, run):
+        return Action("none", week, reason="the run already consolidated and committed the week")
+    return Action("publish", week, exhausted=exhausted, reason="scrape stage finished; consolidating and committing")

@@ -1,0 +1,114 @@
+"""Unit tests of the scraper contract: weeks, row validation, dedup, discovery, retry classification."""
+import asyncio
+import datetime as dt
+import textwrap
+
+import polars as pl
+import pytest
+
+from fleet import BadRowError, NavigationError, RetryPolicy, retry_async
+from fleet.scraping.discovery import discover
+from fleet.scraping.retry import is_transient
+from fleet.storage.frames import build_frame, validate_row
+from fleet.weeks import iso_label, last_complete_week, parse_week, week_key
+
+
+def test_weeks_accept_monday_and_iso_week():
+    assert week_key("2026-11-16") == "2026-11-16"
+    assert week_key("2026-W47") == "2026-11-16"
+    assert iso_label("2026-11-16") == "2026-W47"
+    assert last_complete_week(dt.date(2026, 11, 30)) == dt.date(2026, 11, 23)
+    with pytest.raises(ValueError, match="Tuesday"):
+        parse_week("2026-11-17")
+    with pytest.raises(ValueError, match="not a week"):
+        parse_week("last week")
+
+
+SCHEMA = {"isbn": pl.String, "price": pl.Float64, "n": pl.Int64}
+
+
+def test_bad_row_names_source_column_and_value():
+    with pytest.raises(BadRowError, match=r"source books: column 'price' expects Float64, got 'n/a'"):
+        validate_row("books", SCHEMA, ("isbn",), {"isbn": "1", "price": "n/a"}, 0)
+    with pytest.raises(BadRowError, match=r"source books: key column 'isbn' is missing"):
+        validate_row("books", SCHEMA, ("isbn",), {"price": 1.0}, 3)
+    with pytest.raises(BadRowError, match=r"column 'colour', which is not in the schema"):
+        validate_row("books", SCHEMA, ("isbn",), {"isbn": "1", "colour": "red"}, 0)
+    with pytest.raises(BadRowError, match="expects Int64, got True"):
+        validate_row("books", SCHEMA, ("isbn",), {"isbn": "1", "n": True}, 0)
+
+
+def test_frame_is_unique_by_key_and_conflicts_are_errors():
+    rows = [{"isbn": "2", "price": 1.0, "n": 1}, {"isbn": "1", "price": 2, "n": None}, {"isbn": "2", "price": 1.0, "n": 1}]
+    frame = build_frame("books", SCHEMA, ("isbn",), rows)
+    assert frame["isbn"].to_list() == ["1", "2"]
+    assert frame.schema == pl.Schema(SCHEMA)
+    with pytest.raises(BadRowError, match=r"duplicate key \{'isbn': '2'\} with different values in column 'price'"):
+        build_frame("books", SCHEMA, ("isbn",), rows + [{"isbn": "2", "price": 9.0, "n": 1}])
+    empty = build_frame("books", SCHEMA, ("isbn",), [])
+    assert empty.height == 0 and empty.schema == pl.Schema(SCHEMA)
+
+
+GOOD = '''
+import polars as pl
+from fleet import Scraper
+
+class Good(Scraper):
+    """Good rows."""
+    name = "{name}"
+    schema = {{"id": pl.Int64}}
+    key = ("id",)
+    async def scrape(self, page, ctx):
+        yield {{"id": 1}}
+'''
+
+
+def test_discovery_isolates_broken_modules_and_ignores_imported_bases(tmp_path):
+    (tmp_path / "good.py").write_text(GOOD.format(name="good"))
+    # imports Good from elsewhere: the imported class is not a source of this module
+    (tmp_path / "reexport.py").write_text("from fleet import Scraper\n")
+    (tmp_path / "syntax.py").write_text("def broken(:\n")
+    (tmp_path / "noname.py").write_text(textwrap.dedent('''
+        import polars as pl
+        from fleet import Scraper
+        class NoName(Scraper):
+            schema = {"id": pl.Int64}
+            key = ("id",)
+            async def scrape(self, page, ctx):
+                yield {}
+    '''))
+    (tmp_path / "dup.py").write_text(GOOD.format(name="good"))
+    (tmp_path / "Bad-Name!.py").write_text(GOOD.format(name="Bad Name"))
+    sources = {s.name: s for s in discover([tmp_path])}
+    assert set(sources) == {"good", "syntax", "noname", "dup", "bad_name_"}
+    assert sources["good"].broken  # "good" is defined twice: neither silently wins
+    assert "SyntaxError" in sources["syntax"].error
+    assert "name must be a slug" in sources["noname"].error
+    assert "defined more than once" in sources["dup"].error and "good.py" in sources["dup"].error
+    assert "defined more than once" in sources["good"].error
+    assert "got 'Bad Name'" in sources["bad_name_"].error
+
+
+def test_retry_only_transient_with_growing_waits():
+    calls = []
+
+    async def flaky():
+        calls.append(1)
+        if len(calls) < 3:
+            raise NavigationError("503", url="u", status=503, transient=True)
+        return "ok"
+
+    policy = RetryPolicy(attempts=3, base_wait_s=0.01, jitter=0)
+    assert asyncio.run(retry_async(flaky, policy=policy)) == "ok" and len(calls) == 3
+    assert policy.wait(1) < policy.wait(2) < policy.wait(3)
+
+    calls.clear()
+
+    async def missing():
+        calls.append(1)
+        raise NavigationError("404", url="u", status=404)
+
+    with pytest.raises(NavigationError):
+        asyncio.run(retry_async(missing, policy=policy))
+    assert len(calls) == 1  # a 404 is never retried
+    assert is_transient(ConnectionRefusedError()) and not is_transient(ValueError("bug"))
