@@ -20,6 +20,7 @@ def follow_up_request(instance, run, max_reruns: int):
     tag = tx.failure_tag(outcomes.values())
     if tag and run.tags.get(tx.TAG_FAILURE) != tag:
         instance.add_run_tags(run.run_id, {tx.TAG_FAILURE: tag})
+    record_crashes(run, outcomes)
     if action.kind == "rerun":
         step_keys = {f"{tx.RAW_PREFIX}{s}" for s in action.sources}
         ops = {k: v for k, v in (run.run_config or {}).get("ops", {}).items() if k in step_keys}
@@ -33,6 +34,21 @@ def follow_up_request(instance, run, max_reruns: int):
         return action, RunRequest(job_name="publish_week", partition_key=action.week, run_key=f"publish:{run.run_id}",
                                   tags={tx.TAG_KIND: "publish", tx.TAG_RECOVERS: run.run_id})
     return action, None
+
+
+def record_crashes(run, outcomes) -> None:
+    """A crashed step wrote no outcome of its own: record it, so consolidation and commits say why the source is missing."""
+    from fleet.defs.assets import artifact_store
+    from fleet.storage import store as keys
+
+    week = run.tags.get(tx.PARTITION_TAG)
+    store = artifact_store()
+    for src, o in outcomes.items():
+        if o.category == "infra" and week:
+            store.write_json(week, keys.outcome_key(src), {
+                "source": src, "week": week, "status": "failed", "category": "infra", "rows": 0, "seconds": 0.0,
+                "pages": 0, "error": f"source {src}: {o.error}", "url": None, "evidence": {}, "run_id": run.run_id,
+                "attempt": None, "reused": False})
 
 
 def _follow(context: RunStatusSensorContext):

@@ -1,0 +1,42 @@
+"""Real-parts fixtures: a GitHub-like bare remote with hooks, a temp FLEET_HOME, and the fleet CLI as a subprocess."""
+import io
+import os
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import polars as pl
+import pytest
+
+from fleet_tests.gitremote import ls_tree, lfs_object, make_remote, pointer_oid, read_blob
+
+ROOT = Path(__file__).resolve().parent.parent
+WEEK = "2026-11-16"
+
+
+def run_fleet(env: dict, *args: str, timeout: float = 420) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "fleet.cli", *args], env=env, capture_output=True, text=True,
+                          timeout=timeout, cwd=env["FLEET_HOME"])
+
+
+def committed_frame(remote: Path, path: str, ref: str = "main") -> pl.DataFrame:
+    """A parquet file as committed: the blob must be an LFS pointer whose object is in the remote's LFS store."""
+    pointer = pointer_oid(read_blob(remote, f"{ref}:{path}"))
+    assert pointer is not None, f"{path} is not an LFS pointer in git"
+    obj = lfs_object(remote, pointer[0])
+    assert obj.exists() and obj.stat().st_size == pointer[1], f"LFS object of {path} missing from the remote"
+    return pl.read_parquet(io.BytesIO(obj.read_bytes()))
+
+
+@pytest.fixture
+def fleet_env(tmp_path):
+    """A clean FLEET_HOME and a remote that already has history (README, code, a CI workflow)."""
+    home = tmp_path / "home"
+    home.mkdir()
+    remote = make_remote(tmp_path)
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith("FLEET_") and k not in ("DAGSTER_HOME",)}
+    env.update(FLEET_HOME=str(home), FLEET_DATA_REMOTE=str(remote), FLEET_DEMO_LATENCY_MS="20",
+               FLEET_START_WEEK="2026-01-05", PYTHONPATH=str(ROOT))
+    return SimpleNamespace(env=env, home=home, remote=remote, tree_before=ls_tree(remote), tmp=tmp_path)

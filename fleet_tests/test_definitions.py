@@ -1,0 +1,37 @@
+"""The definitions load, with the expected asset keys, jobs, sensors and schedule."""
+import os
+import subprocess
+import sys
+
+from fleet_tests.conftest import ROOT
+
+DEMO = ["books", "catalog", "jobs", "parts", "shops", "stocks"]
+
+
+def _load(env_extra: dict) -> str:
+    code = ("from fleet.defs.definitions import defs\n"
+            "print(sorted(k.to_user_string() for k in defs.resolve_all_asset_keys()))\n"
+            "print(sorted(j.name for j in defs.jobs if not j.name.startswith('__')))\n"
+            "print(sorted(s.name for s in defs.sensors), sorted(s.name for s in defs.schedules))\n"
+            "from dagster import AssetKey\n"
+            "a = defs.resolve_assets_def(AssetKey(['raw', 'books']))\n"
+            "print(a.descriptions_by_key[a.key])\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FLEET_")}
+    env.update(env_extra)
+    return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True, cwd=ROOT).stdout
+
+
+def test_definitions_have_demo_assets_and_automation():
+    keys, jobs, automation, description = _load({}).splitlines()
+    expected = sorted([f"raw/{n}" for n in DEMO] + ["consolidated_raw_rows", "raw_commit", "post_processed", "processed_commit"])
+    assert eval(keys) == expected
+    assert eval(jobs) == ["publish_week", "scrape_week"]
+    assert "fleet_after_failed_run" in automation and "weekly_fleet" in automation
+    assert description.startswith("Book prices")
+
+
+def test_fault_sources_are_opt_in_and_a_syntax_error_is_its_own_asset():
+    keys = eval(_load({"FLEET_DEMO_FAULTS": "1"}).splitlines()[0])
+    for name in ["broken_selector", "hang_async", "hang_blocking", "empty_feed", "flaky_503", "wrong_type", "syntax_error"]:
+        assert f"raw/{name}" in keys
+    assert all(f"raw/{n}" in keys for n in DEMO)

@@ -1,0 +1,105 @@
+"""The week end to end through real parts: demo sites, Chromium, a multiprocess Dagster run, git + git-lfs."""
+import textwrap
+
+from fleet_tests.conftest import WEEK, committed_frame, run_fleet
+from fleet_tests.gitremote import log, ls_tree
+
+DEMO_ROWS = {"books": 24, "catalog": 40, "jobs": 35, "parts": 18, "shops": 15, "stocks": 20}
+
+
+def test_demo_week_makes_two_lfs_commits_and_reruns_make_none(fleet_env):
+    before = log(fleet_env.remote)
+    res = run_fleet(fleet_env.env, "demo", "--week", "2026-W47")
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    commits = log(fleet_env.remote)
+    new = commits[: len(commits) - len(before)]
+    assert [c["subject"] for c in new] == [f"fleet: processed rows for week {WEEK}", f"fleet: raw rows for week {WEEK}"]
+    processed, raw = new
+    assert raw["files"] == ["data/.gitattributes", f"data/{WEEK}/raw.parquet"]
+    assert processed["files"] == [f"data/{WEEK}/processed.parquet"]
+    assert "Sources included (6)" in raw["message"] and "Fleet-Idempotency-Key:" in raw["message"]
+    assert "Run: " in raw["message"]
+    # the remote's own files are untouched
+    after = ls_tree(fleet_env.remote)
+    for path, blob in fleet_env.tree_before.items():
+        assert after[path] == blob
+    assert set(after) - set(fleet_env.tree_before) == {"data/.gitattributes", f"data/{WEEK}/raw.parquet", f"data/{WEEK}/processed.parquet"}
+    # the committed content: every source's rows, unique by source and key
+    frame = committed_frame(fleet_env.remote, f"data/{WEEK}/raw.parquet")
+    counts = dict(frame.group_by("source").len().iter_rows())
+    assert counts == DEMO_ROWS
+    assert committed_frame(fleet_env.remote, f"data/{WEEK}/processed.parquet").height > 0
+    for name in DEMO_ROWS:
+        assert f"\n{name:<20} ok" in res.stdout
+
+    again = run_fleet(fleet_env.env, "demo", "--week", "2026-W47")
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert log(fleet_env.remote) == commits  # no new commit: "up to date"
+    assert "up_to_date" in again.stdout
+
+    status = run_fleet(fleet_env.env, "status", "--week", WEEK)
+    assert status.returncode == 0
+    assert all(f"{n:<20} ok" in status.stdout for n in DEMO_ROWS)
+
+
+USER_SCRAPER = '''
+import polars as pl
+from fleet import Scraper
+
+
+class Planets(Scraper):
+    """Planets from an inline page: a scraper that lives outside this repository."""
+    name = "planets"
+    schema = {"planet": pl.String, "moons": pl.Int64}
+    key = ("planet",)
+    timeout_s = 60
+
+    async def scrape(self, page, ctx):
+        await page.set_content("<table><tr><td>Mars</td><td>2</td></tr><tr><td>Earth</td><td>1</td></tr></table>")
+        for cells in await page.locator("tr").evaluate_all("rs => rs.map(r => [...r.cells].map(c => c.textContent))"):
+            yield {"planet": cells[0], "moons": int(cells[1])}
+'''
+
+BAD_ROW_SCRAPER = '''
+import polars as pl
+from fleet import Scraper
+
+
+class Prices(Scraper):
+    name = "prices"
+    schema = {"sku": pl.String, "price": pl.Float64}
+    key = ("sku",)
+
+    async def scrape(self, page, ctx):
+        yield {"sku": "a", "price": 1.5}
+        yield {"sku": "b", "price": "call us"}
+'''
+
+
+def test_scrapers_from_another_directory_run_end_to_end(fleet_env):
+    d = fleet_env.tmp / "their_scrapers"
+    d.mkdir()
+    (d / "planets.py").write_text(USER_SCRAPER)
+    (d / "prices.py").write_text(BAD_ROW_SCRAPER)
+    env = {**fleet_env.env, "FLEET_SCRAPERS_DIR": str(d)}
+    res = run_fleet(env, "run", "--week", "2026-W47")
+    assert res.returncode == 1, res.stdout[-3000:] + res.stderr[-3000:]  # prices failed, planets committed
+    frame = committed_frame(fleet_env.remote, f"data/{WEEK}/raw.parquet")
+    assert sorted(frame["planet"].to_list()) == ["Earth", "Mars"]
+    assert set(frame["source"]) == {"planets"}  # rows of a failed source are not committed
+    assert "source prices: column 'price' expects Float64, got 'call us'" in res.stdout
+    msg = log(fleet_env.remote)[1]["message"]
+    assert "Sources missing (1): prices (failed, source)" in msg
+
+
+def test_no_data_at_all_is_an_infrastructure_failure(fleet_env):
+    d = fleet_env.tmp / "broken_only"
+    d.mkdir()
+    (d / "prices.py").write_text(BAD_ROW_SCRAPER)
+    (d / "oops.py").write_text("import this_module_does_not_exist\n")
+    before = log(fleet_env.remote)
+    res = run_fleet({**fleet_env.env, "FLEET_SCRAPERS_DIR": str(d)}, "run", "--week", "2026-W47")
+    assert res.returncode == 2
+    assert f"infrastructure failure: no source returned data for week {WEEK}" in res.stdout + res.stderr
+    assert log(fleet_env.remote) == before
+    assert "oops" in res.stdout and "No module named 'this_module_does_not_exist'" in res.stdout
