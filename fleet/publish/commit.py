@@ -1,0 +1,560 @@
+"""The LFS-safe commit loop: land persisted artifacts under the data prefix of a Git-LFS data repository,
+touching nothing else, never force-pushing, retrying when another writer moves the branch first.
+
+Each attempt starts from the remote branch (hard reset), restores the artifacts from their snapshot,
+stages only the prefix, pushes the LFS objects before the commit that references them, and confirms that
+the remote branch contains the commit.
+"""
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import logging
+import os
+import random
+import re
+import shutil
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+
+from fleet.errors import CommitError
+from fleet.publish.gitcli import Git, GitFailure, Redactor, Remote, parse_remote
+
+CHUNK = 1 << 20
+LFS_POINTER_PREFIX = b"version https://git-lfs.github.com/spec/v1"
+LFS_POINTER_MAX = 1024
+GITATTRIBUTES_LINE = "*.parquet filter=lfs diff=lfs merge=lfs -text"
+TRAILER = "Fleet-Idempotency-Key"
+IDENTITY = ("fleet", "fleet@localhost")
+
+# A rejection that retrying cannot cure: branch protection, workflow files, identity/authentication.
+_PERMANENT_REJECTION = re.compile(
+    r"GH006|GH007|GH013|protected branch|refusing to allow|workflow|authentication failed|"
+    r"could not read username|permission denied|repository not found|requested url returned error: 40[134]",
+    re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class DataRepo:
+    """Where and how to commit: a remote (URL or path to a bare repo) and a disposable working clone."""
+
+    remote: str
+    workdir: Path
+    branch: str = "main"
+    prefix: str = "data/"
+    token: str | None = field(default=None, repr=False)
+    attempts: int = 3
+    base_wait_s: float = 1.0
+    confirm_timeout_s: float = 30.0
+
+    def __post_init__(self) -> None:
+        prefix = self.prefix.strip()
+        parts = PurePosixPath(prefix).parts
+        if not parts or prefix.startswith("/") or ".." in parts or parts[0] == ".git":
+            raise CommitError(f"data prefix must be a folder inside the repository, got {self.prefix!r}")
+        object.__setattr__(self, "prefix", "/".join(parts) + "/")
+        object.__setattr__(self, "workdir", Path(self.workdir).expanduser().resolve())
+        if self.attempts < 1:
+            raise CommitError(f"attempts must be at least 1, got {self.attempts}")
+        if not self.branch or self.branch.startswith("-") or any(c in self.branch for c in " ~^:?*[\\"):
+            raise CommitError(f"not a usable branch name: {self.branch!r}")
+
+    def __repr__(self) -> str:  # the remote may carry a token
+        return (f"DataRepo(remote={redact(self.remote, self)!r}, workdir={str(self.workdir)!r}, "
+                f"branch={self.branch!r}, prefix={self.prefix!r})")
+
+    @classmethod
+    def from_settings(cls, s) -> "DataRepo":
+        return cls(remote=s.data_remote, workdir=s.clone_dir, branch=s.branch, prefix=s.prefix,
+                   token=s.git_token)
+
+
+@dataclass(frozen=True)
+class CommitResult:
+    status: str              # "committed" | "up_to_date"
+    sha: str | None          # our commit on the remote branch, or the branch head when up to date
+    attempts: int
+    paths: list[str]         # repository paths of the given files (prefix + relative path), sorted
+
+
+def redact(text: object, repo: DataRepo) -> str:
+    """``text`` with the repo's token and any URL credentials replaced by ``***``."""
+    return Redactor.for_remote(repo.remote, parse_remote(repo.remote, repo.token))(text)
+
+
+# Test seams: module-level no-ops that tests (and only tests) replace.
+def _before_push(repo: DataRepo, attempt: int) -> None:
+    """Called after the commit is made and its LFS objects are uploaded, right before ``git push``."""
+
+
+def _on_copy_chunk(dest: Path, copied: int) -> None:
+    """Called after each chunk written while restoring an artifact into the working clone."""
+
+
+def ensure_remote(repo: DataRepo) -> None:
+    """Create the remote as a bare repository (default branch ``repo.branch``) when it is a local path
+    that does not exist yet. URLs are left alone. Idempotent."""
+    remote = parse_remote(repo.remote, repo.token)
+    path = remote.local_path
+    if path is None:
+        return
+    if path.exists():
+        if (path / "HEAD").is_file() or (path / ".git").exists():
+            return
+        if any(path.iterdir()):
+            raise CommitError(f"data remote {path} exists and is not a git repository")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    git = Git(remote, Redactor([]))
+    try:
+        git.run(["init", "-q", "--bare", f"--initial-branch={repo.branch}", str(path)], None)
+    except GitFailure as e:
+        raise CommitError(f"could not create data remote {path}: {e}") from None
+
+
+def commit_files(repo: DataRepo, files: dict[str, Path], *, subject: str, body: str = "",
+                 idempotency_key: str, log=None) -> CommitResult:
+    """Commit ``files`` (path under the prefix -> persisted artifact) to ``repo.branch`` of the remote.
+
+    Only paths under ``repo.prefix`` change. Returns ``up_to_date`` without committing when the branch
+    already holds exactly this content. Raises ``CommitError`` (credentials redacted) when the commit
+    cannot be landed within ``repo.attempts``.
+    """
+    return _Publisher(repo, log).publish(files, subject=subject, body=body, key=idempotency_key)
+
+
+def read_commit_log(repo: DataRepo, n: int = 10) -> list[dict[str, str]]:
+    """The last ``n`` commits of the working clone's view of the branch (after a commit_files call)."""
+    pub = _Publisher(repo, None)
+    out = pub.git.out(["log", f"-n{n}", "-z", "--format=%H%x1f%an%x1f%s%x1f%b", "HEAD"], repo.workdir)
+    rows = []
+    for rec in filter(None, out.split("\0")):
+        sha, author, subject, body = rec.split("\x1f", 3)
+        rows.append({"sha": sha, "author": author, "subject": subject, "body": body.strip()})
+    return rows
+
+
+# ----------------------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class _Artifact:
+    rel: str          # relative to the prefix
+    path: str         # repository path: prefix + rel
+    source: Path
+    size: int
+    sha256: str
+
+
+class _Retry(Exception):
+    """This attempt lost (a race, a transient failure); start over from the remote branch."""
+
+
+def _digest(path: Path) -> tuple[int, str]:
+    h = hashlib.sha256()
+    size = 0
+    buf = bytearray(CHUNK)
+    view = memoryview(buf)
+    with open(path, "rb") as fh:
+        while n := fh.readinto(buf):
+            h.update(view[:n])
+            size += n
+    return size, h.hexdigest()
+
+
+def _is_pointer_file(path: Path) -> bool:
+    with open(path, "rb") as fh:
+        head = fh.read(LFS_POINTER_MAX + 1)
+    return len(head) <= LFS_POINTER_MAX and head.startswith(LFS_POINTER_PREFIX)
+
+
+def parse_pointer(data: bytes | str) -> tuple[str, int] | None:
+    """``(oid, size)`` of an LFS pointer, or None when ``data`` is not one."""
+    if isinstance(data, str):
+        data = data.encode()
+    if len(data) > LFS_POINTER_MAX or not data.startswith(LFS_POINTER_PREFIX):
+        return None
+    m_oid = re.search(rb"^oid sha256:([0-9a-f]{64})$", data, re.MULTILINE)
+    m_size = re.search(rb"^size (\d+)$", data, re.MULTILINE)
+    if not (m_oid and m_size):
+        return None
+    return m_oid.group(1).decode(), int(m_size.group(1))
+
+
+class _Publisher:
+    def __init__(self, repo: DataRepo, log):
+        self.repo = repo
+        self.remote: Remote = parse_remote(repo.remote, repo.token)
+        self.redact = Redactor.for_remote(repo.remote, self.remote)
+        self.git = Git(self.remote, self.redact)
+        self.log = log
+        self.wd = repo.workdir
+        self.where = f"{self.redact(self.remote.url)} branch {repo.branch}"
+
+    # -- small helpers ---------------------------------------------------------------------------
+    def _info(self, msg: str, *args) -> None:
+        if self.log is not None:
+            self.log.info(self.redact(msg % args if args else msg))
+
+    def _warn(self, msg: str, *args) -> None:
+        if self.log is not None:
+            self.log.warning(self.redact(msg % args if args else msg))
+
+    def _fail(self, msg: str) -> CommitError:
+        return CommitError(self.redact(msg))
+
+    def _g(self, *args: str, **kw) -> str:
+        return self.git.out(list(args), self.wd, **kw)
+
+    @contextmanager
+    def _locked(self) -> Iterator[None]:
+        """One commit loop per working clone at a time, across threads and processes."""
+        self.wd.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.wd.parent / f".{self.wd.name}.lock", "a+") as fh:
+            fcntl.flock(fh, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(fh, fcntl.LOCK_UN)
+
+    # -- the loop ----------------------------------------------------------------------------------
+    def publish(self, files: dict[str, Path], *, subject: str, body: str, key: str) -> CommitResult:
+        message = self._message(subject, body, key)
+        arts = self._snapshot(files)
+        paths = sorted(a.path for a in arts)
+        last = "no attempt made"
+        with self._locked():
+            for attempt in range(1, self.repo.attempts + 1):
+                try:
+                    status, sha = self._attempt(arts, message, key, attempt)
+                except _Retry as e:
+                    last = str(e)
+                    self._warn("commit attempt %d/%d to %s lost: %s", attempt, self.repo.attempts,
+                               self.where, last)
+                    if attempt < self.repo.attempts:
+                        wait = self.repo.base_wait_s * 2 ** (attempt - 1)
+                        time.sleep(wait + random.uniform(0, wait / 2))
+                    continue
+                self._info("%s %s on %s after %d attempt(s)", status, sha, self.where, attempt)
+                return CommitResult(status=status, sha=sha, attempts=attempt, paths=paths)
+        raise self._fail(f"could not land commit on {self.where} after {self.repo.attempts} attempts; "
+                         f"last rejection: {last}")
+
+    def _attempt(self, arts: list[_Artifact], message: str, key: str, attempt: int) -> tuple[str, str | None]:
+        base = self._prepare()
+        restored = self._restore(arts, base)
+        attrs = self._ensure_attributes()
+        changed = self._stage([a.path for a in restored] + [attrs], {a.path for a in arts} | {attrs})
+        if not changed:
+            return "up_to_date", base
+        new_oids = self._verify_staged(restored, changed)
+        if base is not None and self._already_landed(base, key):
+            return "up_to_date", base
+        sha = self._commit(message)
+        self._info("attempt %d: committed %s (%d path(s)) on top of %s", attempt, sha[:12], len(changed),
+                   base[:12] if base else "an empty branch")
+        self._push_lfs(new_oids)
+        _before_push(self.repo, attempt)
+        self._push(sha)
+        self._confirm(sha)
+        return "committed", sha
+
+    # -- step 0: message and snapshot --------------------------------------------------------------
+    def _message(self, subject: str, body: str, key: str) -> str:
+        subject = subject.strip()
+        if not subject or "\n" in subject:
+            raise self._fail(f"commit subject must be one non-empty line, got {subject!r}")
+        key = key.strip()
+        if not key or any(c in key for c in "\r\n"):
+            raise self._fail(f"idempotency key must be one non-empty line, got {key!r}")
+        parts = [self.redact(subject)]
+        if body.strip():
+            parts.append(self.redact(body.strip()))
+        parts.append(f"{TRAILER}: {self.redact(key)}")
+        return "\n\n".join(parts) + "\n"
+
+    def _snapshot(self, files: dict[str, Path]) -> list[_Artifact]:
+        if not files:
+            raise self._fail("commit_files needs at least one file")
+        arts = []
+        for rel, src in sorted(files.items()):
+            parts = PurePosixPath(rel).parts
+            if (not parts or rel.startswith("/") or "\\" in rel
+                    or any(p in ("..", ".", ".git") for p in parts) or rel == ".gitattributes"):
+                raise self._fail(f"{rel!r} is not a file path inside the data prefix")
+            src = Path(src)
+            if not src.is_file():
+                raise self._fail(f"artifact for {rel} is missing or not a file: {src}")
+            if _is_pointer_file(src):
+                raise self._fail(f"artifact for {rel} is a Git LFS pointer, not content: {src}")
+            size, sha = _digest(src)
+            arts.append(_Artifact(rel=rel, path=self.repo.prefix + "/".join(parts), source=src,
+                                  size=size, sha256=sha))
+        return arts
+
+    # -- step 1: a clean working clone at the remote branch ------------------------------------------
+    def _ls_remote(self) -> str | None:
+        out = self.git.out(["ls-remote", self.remote.url, f"refs/heads/{self.repo.branch}"], None)
+        return out.split()[0] if out else None
+
+    def _prepare(self) -> str | None:
+        try:
+            remote_sha = self._ls_remote()
+        except GitFailure as e:
+            raise _Retry(f"cannot read {self.where}: {e}") from None
+        try:
+            if not self._usable():
+                self._clone()
+            try:
+                return self._reset(remote_sha)
+            except GitFailure as e:
+                self._warn("working clone %s unusable (%s); cloning afresh", self.wd, e)
+                self._clone()
+                return self._reset(remote_sha)
+        except GitFailure as e:
+            raise _Retry(f"cannot prepare a working clone of {self.where}: {e}") from None
+
+    def _usable(self) -> bool:
+        if not (self.wd / ".git").is_dir():
+            return False
+        url = self.git.run(["config", "--get", "remote.origin.url"], self.wd, check=False).stdout.strip()
+        if url != self.remote.url:
+            return False
+        if self.git.run(["config", "--local", "--get", "filter.lfs.process"], self.wd, check=False).returncode:
+            self._g("lfs", "install", "--local")
+        return True
+
+    def _clone(self) -> None:
+        parent, name = self.wd.parent, self.wd.name
+        for stale in parent.glob(f".{name}.cloning-*"):
+            shutil.rmtree(stale, ignore_errors=True)
+        tmp = parent / f".{name}.cloning-{os.getpid()}-{threading.get_ident()}"
+        self._info("cloning %s into %s", self.remote.url, self.wd)
+        # Cloned elsewhere and renamed in, so an interrupted clone never looks like a working clone.
+        self.git.run(["clone", "-q", "--no-checkout", self.remote.url, str(tmp)], None)
+        self.git.run(["lfs", "install", "--local"], tmp)
+        if self.wd.exists():
+            if not (self.wd / ".git").exists() and any(self.wd.iterdir()):
+                shutil.rmtree(tmp, ignore_errors=True)
+                raise self._fail(f"workdir {self.wd} exists and is not a git clone; refusing to delete it")
+            shutil.rmtree(self.wd)
+        os.replace(tmp, self.wd)
+
+    def _reset(self, remote_sha: str | None) -> str | None:
+        git_dir = self.wd / ".git"
+        for lock in ("index.lock", "HEAD.lock"):  # left by a killed run; we hold the workdir lock
+            (git_dir / lock).unlink(missing_ok=True)
+        branch = self.repo.branch
+        if remote_sha is None:
+            # The branch does not exist yet: our commit will be its root.
+            self._g("symbolic-ref", "HEAD", f"refs/heads/{branch}")
+            self.git.run(["update-ref", "-d", f"refs/heads/{branch}"], self.wd, check=False)
+            self._g("read-tree", "--empty")
+            self._g("clean", "-ffdxq")
+            return None
+        tracking = f"refs/remotes/origin/{branch}"
+        self._g("fetch", "-q", "--no-tags", "origin", f"+refs/heads/{branch}:{tracking}")
+        base = self._g("rev-parse", "--verify", f"{tracking}^{{commit}}")
+        self._g("checkout", "-q", "-f", "--detach", base)
+        self._g("reset", "-q", "--hard", base)
+        self._g("clean", "-ffdxq", "--", self.repo.prefix)
+        return base
+
+    # -- step 2: restore artifacts -----------------------------------------------------------------
+    def _head_pointers(self, arts: list[_Artifact]) -> dict[str, tuple[str, int]]:
+        """LFS pointers the base commit holds at the artifacts' paths."""
+        found = {}
+        ls = self._g("ls-tree", "-z", "HEAD", "--", *[a.path for a in arts])
+        for rec in filter(None, ls.split("\0")):
+            meta, path = rec.split("\t", 1)
+            _mode, kind, blob = meta.split()
+            if kind != "blob":
+                continue
+            if int(self._g("cat-file", "-s", blob)) <= LFS_POINTER_MAX:
+                ptr = parse_pointer(self._g("cat-file", "blob", blob) + "\n")
+                if ptr:
+                    found[path] = ptr
+        return found
+
+    def _restore(self, arts: list[_Artifact], base: str | None) -> list[_Artifact]:
+        """Copy into the clone every artifact the base commit does not already hold; return those."""
+        present = self._head_pointers(arts) if base else {}
+        todo = [a for a in arts if present.get(a.path) != (a.sha256, a.size)]
+        for a in todo:
+            dest = self.wd / a.path
+            self._copy_verified(a, dest)
+        if len(todo) < len(arts):
+            self._info("%d of %d file(s) already on the branch", len(arts) - len(todo), len(arts))
+        return todo
+
+    def _copy_verified(self, art: _Artifact, dest: Path) -> None:
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        tmp = dest.with_name(f".{dest.name}.fleet-tmp-{os.getpid()}-{threading.get_ident()}")
+        h = hashlib.sha256()
+        copied = 0
+        try:
+            with open(art.source, "rb") as src, open(tmp, "wb") as out:
+                while chunk := src.read(CHUNK):
+                    h.update(chunk)
+                    out.write(chunk)
+                    copied += len(chunk)
+                    _on_copy_chunk(dest, copied)
+                out.flush()
+                os.fsync(out.fileno())
+            if (copied, h.hexdigest()) != (art.size, art.sha256):
+                raise self._fail(f"artifact {art.source} changed while committing it "
+                                 f"(snapshot {art.size} bytes sha256 {art.sha256[:12]}, now {copied} bytes "
+                                 f"sha256 {h.hexdigest()[:12]})")
+            os.replace(tmp, dest)
+        finally:
+            tmp.unlink(missing_ok=True)
+        dir_fd = os.open(dest.parent, os.O_RDONLY)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
+        if _is_pointer_file(dest) or _digest(dest) != (art.size, art.sha256):
+            raise self._fail(f"restored {art.path} does not match its artifact {art.source}")
+
+    def _ensure_attributes(self) -> str:
+        """``<prefix>.gitattributes`` tracks parquet with LFS; it lives inside the prefix, so we may write it."""
+        rel = self.repo.prefix + ".gitattributes"
+        path = self.wd / rel
+        text = path.read_text() if path.is_file() else ""
+        if GITATTRIBUTES_LINE not in text.splitlines():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            sep = "" if not text or text.endswith("\n") else "\n"
+            path.write_text(f"{text}{sep}{GITATTRIBUTES_LINE}\n")
+        return rel
+
+    # -- step 3: stage and check -------------------------------------------------------------------
+    def _stage(self, paths: list[str], allowed: set[str]) -> dict[str, str]:
+        """``git add`` (the CLI, so the LFS clean filter runs) exactly ``paths``; return the staged
+        changes {path: status}, after checking they are all ours."""
+        self._g("add", "--", *paths)
+        out = self._g("diff", "--cached", "--no-renames", "--name-status", "-z")
+        tokens = out.split("\0")
+        changed = {tokens[i + 1]: tokens[i] for i in range(0, len(tokens) - 1, 2)}
+        outside = sorted(p for p in changed if not p.startswith(self.repo.prefix) or p not in allowed)
+        if outside:
+            raise self._fail(f"bug: staged changes outside the data files under {self.repo.prefix!r}: {outside}; "
+                             "refusing to commit")
+        return changed
+
+    def _verify_staged(self, restored: list[_Artifact], changed: dict[str, str]) -> list[str]:
+        """Every restored file is staged as the right LFS pointer (or, if not LFS-tracked, the right size);
+        return the LFS oids this commit introduces."""
+        if not restored:
+            return []
+        paths = [a.path for a in restored]
+        attrs = self._g("check-attr", "-z", "filter", "--", *paths).split("\0")
+        lfs = {attrs[i] for i in range(0, len(attrs) - 2, 3) if attrs[i + 2] == "lfs"}
+        blobs = {}
+        for rec in filter(None, self._g("ls-files", "-s", "-z", "--", *paths).split("\0")):
+            meta, path = rec.split("\t", 1)
+            blobs[path] = meta.split()[1]
+        new_oids = []
+        for a in restored:
+            blob = blobs.get(a.path)
+            if blob is None:
+                raise self._fail(f"{a.path} is not in the index after staging")
+            size = int(self._g("cat-file", "-s", blob))
+            if a.path not in lfs:
+                if size != a.size:
+                    raise self._fail(f"{a.path} staged with {size} bytes, artifact has {a.size}")
+                continue
+            ptr = parse_pointer(self._g("cat-file", "blob", blob) + "\n") if size <= LFS_POINTER_MAX else None
+            if ptr != (a.sha256, a.size):
+                raise self._fail(f"{a.path} is LFS-tracked but was not staged as the pointer to its artifact "
+                                 f"(staged {size} bytes); is git-lfs installed?")
+            if a.path in changed:
+                new_oids.append(a.sha256)
+        return new_oids
+
+    def _already_landed(self, base: str, key: str) -> bool:
+        """A commit with our idempotency key whose prefix tree equals what we staged is already there."""
+        out = self._g("log", "-n200", "-z", f"--format=%H %(trailers:key={TRAILER},valueonly,separator=%x2C)",
+                      base, "--", self.repo.prefix)
+        hits = [rec.split(" ", 1)[0] for rec in filter(None, out.split("\0"))
+                if rec.partition(" ")[2].strip() == key]
+        if not hits:
+            return False
+        prefix = self.repo.prefix.rstrip("/")
+        staged = self._g("rev-parse", f"{self._g('write-tree')}:{prefix}")
+        for sha in hits:
+            done = self.git.run(["rev-parse", "--verify", "-q", f"{sha}:{prefix}"], self.wd, check=False)
+            if done.stdout.strip() == staged:
+                self._info("commit %s already carries %s: %s with this content", sha[:12], TRAILER, key)
+                return True
+        return False
+
+    # -- step 4: commit, push, confirm ---------------------------------------------------------------
+    def _commit(self, message: str) -> str:
+        env = {}
+        if not self.git.run(["config", "user.name"], self.wd, check=False).stdout.strip() \
+                and "GIT_AUTHOR_NAME" not in os.environ:
+            env.update(GIT_AUTHOR_NAME=IDENTITY[0], GIT_COMMITTER_NAME=IDENTITY[0])
+        if not self.git.run(["config", "user.email"], self.wd, check=False).stdout.strip() \
+                and "GIT_AUTHOR_EMAIL" not in os.environ:
+            env.update(GIT_AUTHOR_EMAIL=IDENTITY[1], GIT_COMMITTER_EMAIL=IDENTITY[1])
+        self.git.run(["commit", "-q", "--cleanup=whitespace", "-F", "-"], self.wd, input=message,
+                     extra_env=env)
+        return self._g("rev-parse", "HEAD")
+
+    def _push_lfs(self, oids: list[str]) -> None:
+        """Upload the new LFS objects before the commit that references them (else: GH008)."""
+        if not oids:
+            return
+        try:
+            for i in range(0, len(oids), 100):
+                self._g("lfs", "push", "origin", "--object-id", *oids[i:i + 100])
+        except GitFailure as e:
+            raise _Retry(f"LFS upload failed: {e}") from None
+        store = self.remote.local_path
+        if store is None:
+            return
+        for oid in oids:
+            obj = next((root / "lfs" / "objects" / oid[:2] / oid[2:4] / oid
+                        for root in (store, store / ".git") if (root / "lfs").is_dir()), None)
+            if obj is None or not obj.is_file():
+                raise _Retry(f"LFS object {oid} is not in the remote's store after upload")
+        self._info("uploaded %d LFS object(s)", len(oids))
+
+    def _push(self, sha: str) -> None:
+        proc = self.git.run(["push", "--porcelain", "origin", f"{sha}:refs/heads/{self.repo.branch}"],
+                            self.wd, check=False)
+        if proc.returncode == 0:
+            return
+        lines = [ln.strip() for ln in (proc.stderr + "\n" + proc.stdout).splitlines()]
+        keep = [ln for ln in lines if ln and not ln.startswith(("hint:", "To ", "Done")) and ln != "remote:"]
+        reason = self.redact(" | ".join(keep) or f"git push exited {proc.returncode}")
+        if _PERMANENT_REJECTION.search(reason):
+            raise self._fail(f"push to {self.where} was refused and retrying will not help: {reason}")
+        raise _Retry(f"push rejected: {reason}")
+
+    def _confirm(self, sha: str) -> None:
+        """Poll until the remote branch contains ``sha`` (it may already have moved past it)."""
+        deadline = time.monotonic() + self.repo.confirm_timeout_s
+        delay, seen = 0.05, "nothing"
+        while True:
+            try:
+                head = self._ls_remote()
+                seen = head or "no branch"
+                if head == sha:
+                    return
+                if head:
+                    self._g("fetch", "-q", "--no-tags", "origin",
+                            f"+refs/heads/{self.repo.branch}:refs/remotes/origin/{self.repo.branch}")
+                    if self.git.run(["merge-base", "--is-ancestor", sha, head], self.wd,
+                                    check=False).returncode == 0:
+                        return
+            except GitFailure as e:
+                seen = str(e)
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise self._fail(f"pushed {sha} to {self.where}, but the branch did not contain it within "
+                                 f"{self.repo.confirm_timeout_s:.0f}s (last seen: {seen})")
+            time.sleep(min(delay, left))
+            delay = min(delay * 2, 2.0)
