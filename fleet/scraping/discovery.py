@@ -7,7 +7,6 @@ import importlib.util
 import inspect
 import re
 import sys
-import traceback
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -95,7 +94,7 @@ def discover(dirs: list[Path]) -> list[Source]:
             except BaseException as exc:  # SyntaxError, ImportError, anything a module can raise on import
                 if isinstance(exc, (KeyboardInterrupt, SystemExit)) and not isinstance(exc, SystemExit):
                     raise
-                detail = "".join(traceback.format_exception_only(type(exc), exc)).strip()
+                detail = f"{type(exc).__name__}: {exc}"
                 add(_broken(path, f"scraper module {path.name} failed to import: {detail}"))
                 continue
             found = [obj for _, obj in inspect.getmembers(module, inspect.isclass)

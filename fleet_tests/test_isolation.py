@@ -1,0 +1,59 @@
+"""Every fault source together with the healthy ones in one real multiprocess run: each fails alone."""
+import os
+import re
+
+from dagster import AssetCheckKey, AssetKey, DagsterInstance
+
+from fleet_tests.conftest import WEEK, committed_frame, run_fleet
+
+HEALTHY = ["books", "catalog", "jobs", "parts", "shops", "stocks"]
+
+
+def _status_lines(text: str) -> dict[str, list[str]]:
+    return {m.group(1): m.group(0).split() for m in re.finditer(r"^([a-z_0-9]+) +(ok|failed|timeout|empty|partial) .*$", text, re.M)}
+
+
+def test_faulty_sources_cost_only_themselves(fleet_env):
+    env = {**fleet_env.env, "FLEET_DEMO_FAULTS": "1"}
+    res = run_fleet(env, "demo", "--week", "2026-W47")
+    out = res.stdout + res.stderr
+    assert res.returncode == 1, out[-4000:]
+
+    frame = committed_frame(fleet_env.remote, f"data/{WEEK}/raw.parquet")
+    committed = set(frame["source"])
+    assert committed == set(HEALTHY) | {"flaky_503"}  # empty_feed has no rows; failures are not committed
+
+    status = run_fleet(env, "status", "--week", WEEK)
+    lines = _status_lines(status.stdout)
+    expect = {"broken_selector": ("failed", "source"), "wrong_type": ("failed", "source"),
+              "syntax_error": ("failed", "source"), "hang_async": ("timeout", "source"),
+              "hang_blocking": ("timeout", "source"), "empty_feed": ("empty", "-"), "flaky_503": ("ok", "-")}
+    for name in HEALTHY:
+        expect[name] = ("ok", "-")
+    for name, (st, cat) in expect.items():
+        assert name in lines, f"{name} missing from fleet status:\n{status.stdout}"
+        assert lines[name][1:3] == [st, cat], lines[name]
+    assert "Timeout 2000ms exceeded" in status.stdout  # the broken selector's own error
+    assert "column 'price' expects Float64, got 'n/a'" in status.stdout
+    assert "SyntaxError" in status.stdout or "invalid syntax" in status.stdout or "was never closed" in status.stdout
+
+    # the hanging ones were killed at their 5 s limit, not later
+    for name in ("hang_async", "hang_blocking"):
+        assert 4.5 <= float(lines[name][4]) <= 5 + 5, lines[name]
+
+    # browser failures keep a screenshot and the page HTML with the week's artifacts
+    evidence = fleet_env.home / "artifacts" / WEEK / "evidence"
+    for name in ("broken_selector", "wrong_type"):
+        assert (evidence / name / "screenshot.png").stat().st_size > 1000
+        assert "<html" in (evidence / name / "page.html").read_text().lower()
+
+    # the empty feed's asset check failed, with ERROR severity, and did not block anything
+    os.environ["DAGSTER_HOME"] = str(fleet_env.home / "dagster")
+    with DagsterInstance.get() as instance:
+        key = AssetCheckKey(AssetKey(["raw", "empty_feed"]), "non_empty")
+        rec = instance.event_log_storage.get_latest_asset_check_execution_by_key([key])[key]
+        evaluation = rec.event.dagster_event.event_specific_data
+        assert evaluation.passed is False and evaluation.severity.value == "ERROR"
+        ok_key = AssetCheckKey(AssetKey(["raw", "books"]), "non_empty")
+        ok = instance.event_log_storage.get_latest_asset_check_execution_by_key([ok_key])[ok_key]
+        assert ok.event.dagster_event.event_specific_data.passed is True

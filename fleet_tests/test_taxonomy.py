@@ -1,0 +1,93 @@
+"""Infra vs source failures from real crashes in real multiprocess runs, and bounded re-execution of crashed steps only."""
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+from fleet_tests.conftest import ROOT, WEEK, committed_frame, run_fleet
+from fleet_tests.gitremote import log
+
+CRASH_DIR = ROOT / "fleet_tests" / "scrapers_crash"
+
+
+def _env(fleet_env, reruns=2):
+    counters = fleet_env.tmp / "counters"
+    counters.mkdir(exist_ok=True)
+    return {**fleet_env.env, "FLEET_SCRAPERS_DIR": str(CRASH_DIR), "FLEET_CRASH_RERUNS": str(reruns),
+            "FLEET_TEST_COUNTER_DIR": str(counters)}, counters
+
+
+def _runs(counters, name):
+    p = counters / name
+    return len(p.read_text()) if p.exists() else 0
+
+
+def test_crashed_sources_are_reexecuted_at_most_n_times_and_bugs_never(fleet_env):
+    env, counters = _env(fleet_env, reruns=2)
+    before = log(fleet_env.remote)
+    res = run_fleet(env, "run", "--week", WEEK)
+    assert res.returncode == 1, res.stdout[-4000:] + res.stderr[-4000:]
+    assert _runs(counters, "crash_once") == 2      # SIGKILLed once, recovered on attempt 2
+    assert _runs(counters, "crash_always") == 3    # 1 + N, then reported
+    assert _runs(counters, "raises") == 1          # a bug is never re-executed
+    # exactly one week of commits, after the last attempt, including the recovered source
+    new = log(fleet_env.remote)[: -len(before)]
+    assert [c["subject"].split(" rows")[0] for c in new] == ["fleet: processed", "fleet: raw"]
+    frame = committed_frame(fleet_env.remote, f"data/{WEEK}/raw.parquet")
+    assert sorted(set(frame["source"])) == ["crash_once", "steady"]
+    assert "crash_always (failed, infra)" in new[1]["message"] and "raises (failed, source)" in new[1]["message"]
+
+    status = run_fleet(env, "status", "--week", WEEK).stdout
+    line = {l.split()[0]: l for l in status.splitlines()[2:]}
+    assert line["crash_once"].split()[1:3] == ["ok", "-"] and "recovered from infra failure on attempt 2" in line["crash_once"]
+    assert line["crash_always"].split()[1:3] == ["failed", "infra"] and "infra failure on all 3 attempts" in line["crash_always"]
+    assert line["raises"].split()[1:3] == ["failed", "source"] and line["raises"].split()[5] == "1"
+
+    # the failed runs carry their category as a tag
+    os.environ["DAGSTER_HOME"] = str(fleet_env.home / "dagster")
+    from dagster import DagsterInstance, RunsFilter
+    with DagsterInstance.get() as instance:
+        runs = instance.get_runs(RunsFilter(tags={"dagster/partition": WEEK}))
+        tags = sorted(r.tags.get("fleet/failure", "-") for r in runs)
+        kinds = sorted(r.tags.get("fleet/kind") for r in runs)
+    assert kinds == ["publish", "rerun", "rerun", "scrape"]
+    assert tags == ["-", "infra", "infra", "mixed"]  # scrape: infra + source; two reruns: infra; publish: none
+
+
+SENSOR_SCRIPT = textwrap.dedent("""
+    import json
+    from dagster import DagsterEventType, execute_job, reconstructable, build_run_status_sensor_context, DagsterInstance
+    from fleet.defs import definitions as d
+    from fleet.defs.instance import get_instance
+    from fleet.config import settings
+
+    if __name__ == "__main__":
+        instance = get_instance(settings())
+        # a real run, launched as the UI would (no CLI driver tag), in which crash_once is SIGKILLed
+        result = execute_job(reconstructable(d.scrape_week_job), instance, tags={"dagster/partition": "%s"})
+        run = instance.get_run_by_id(result.run_id)
+        failure = [e for e in instance.all_logs(run.run_id, of_type=DagsterEventType.RUN_FAILURE)][0]
+        sensor = [s for s in d.defs.sensors if s.name == "fleet_after_failed_run"][0]
+        ctx = build_run_status_sensor_context(sensor_name=sensor.name, dagster_event=failure.dagster_event,
+                                              dagster_instance=instance, dagster_run=run)
+        req = sensor(ctx)
+        print(json.dumps({"status": str(run.status), "selection": sorted(k.to_user_string() for k in req.asset_selection),
+                          "tags": dict(req.tags), "partition": req.partition_key, "job": req.job_name,
+                          "failure_tag": instance.get_run_by_id(run.run_id).tags.get("fleet/failure")}))
+""" % WEEK)
+
+
+def test_run_failure_sensor_requests_only_the_crashed_steps(fleet_env):
+    env, counters = _env(fleet_env, reruns=2)
+    script = fleet_env.tmp / "sensor_check.py"
+    script.write_text(SENSOR_SCRIPT)
+    res = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=300,
+                         cwd=fleet_env.home)
+    assert res.returncode == 0, res.stderr[-4000:]
+    out = json.loads(res.stdout.strip().splitlines()[-1])
+    assert out["status"] == "DagsterRunStatus.FAILURE"
+    assert out["selection"] == ["raw/crash_always", "raw/crash_once"]  # not raises (source), not steady (ok)
+    assert out["job"] == "scrape_week" and out["partition"] == WEEK
+    assert out["tags"]["fleet/kind"] == "rerun" and out["tags"]["fleet/attempt"] == "2"
+    assert out["failure_tag"] == "mixed"
