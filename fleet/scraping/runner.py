@@ -25,6 +25,7 @@ from fleet.storage.frames import build_frame, read_spool
 from fleet.storage.store import ArtifactStore
 
 OK_STATUSES = ("ok", "empty", "partial")
+STARTUP_LIMIT_S = float(os.environ.get("FLEET_BROWSER_STARTUP_S", "90"))
 
 
 @dataclasses.dataclass
@@ -124,6 +125,7 @@ def run_source(source: Source, week: str, *, store: ArtifactStore, run_id: str, 
         "chromium": chromium_path(), "work_dir": str(work),
         "spool_path": str(work / f"rows-{attempt}.jsonl"),
         "result_path": str(work / f"result-{attempt}.json"),
+        "ready_path": str(work / f"ready-{attempt}"),
         "evidence_dir": str(store.path(week, keys.evidence_key(source.name))),
     }
     spec_path = work / f"spec-{attempt}.json"
@@ -141,17 +143,30 @@ def run_source(source: Source, week: str, *, store: ArtifactStore, run_id: str, 
 
     pump_thread = threading.Thread(target=pump, daemon=True)
     pump_thread.start()
-    timed_out = False
+    timed_out = startup_failed = False
+    ready_path = Path(spec["ready_path"])
+    ready_at = None
     try:
-        proc.wait(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        timed_out = True
-        kill_tree(proc)
+        # The limit runs from the moment the browser is up; start-up itself has its own, generous limit.
+        while proc.poll() is None:
+            now = time.monotonic()
+            if ready_at is None and ready_path.exists():
+                ready_at = now
+            if ready_at is None and now - started > STARTUP_LIMIT_S:
+                startup_failed = True
+                break
+            if ready_at is not None and now - ready_at > timeout:
+                timed_out = True
+                break
+            try:
+                proc.wait(timeout=0.05)
+            except subprocess.TimeoutExpired:
+                pass
     finally:
         if proc.poll() is None:
             kill_tree(proc)
     pump_thread.join(timeout=2)
-    seconds = round(time.monotonic() - started, 3)
+    seconds = round(time.monotonic() - (ready_at or started), 3)
 
     result_path = Path(spec["result_path"])
     result = json.loads(result_path.read_text()) if result_path.exists() else None
@@ -160,6 +175,9 @@ def run_source(source: Source, week: str, *, store: ArtifactStore, run_id: str, 
         result = {**(result or {}), "status": "timeout", "category": "source",
                   "error": f"source {source.name}: timed out after {seconds:.1f}s (limit {timeout:g}s); "
                            f"its worker and browser were killed"}
+    elif startup_failed:
+        result = {"status": "failed", "category": "infra",
+                  "error": f"source {source.name}: the browser did not start within {STARTUP_LIMIT_S:g}s"}
     elif result is None:
         code = proc.returncode
         why = f"killed by signal {signal.Signals(-code).name}" if code and code < 0 else f"exit code {code}"

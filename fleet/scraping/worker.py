@@ -42,13 +42,13 @@ async def _capture(page, evidence_dir: Path, log) -> dict:
     evidence_dir.mkdir(parents=True, exist_ok=True)
     try:
         shot = evidence_dir / "screenshot.png"
-        await page.screenshot(path=str(shot), full_page=True, timeout=5000)
+        await page.screenshot(path=str(shot), full_page=True, timeout=1500)
         out["screenshot"] = str(shot)
     except Exception as exc:  # evidence is best effort; the failure itself is what matters
         log.warning("could not take a screenshot: %s", str(exc).splitlines()[0])
     try:
         html = evidence_dir / "page.html"
-        html.write_text(await asyncio.wait_for(page.content(), 5), encoding="utf-8")
+        html.write_text(await asyncio.wait_for(page.content(), 1), encoding="utf-8")
         out["html"] = str(html)
     except Exception as exc:
         log.warning("could not save the page HTML: %s", str(exc).splitlines()[0])
@@ -83,7 +83,7 @@ async def run(spec: dict) -> dict:
     browser_gone = {"flag": False}
     page = None
     # Soft deadline: leave a little time before the hard kill to save evidence of an async hang.
-    grace = min(2.0, spec["timeout_s"] * 0.2)
+    grace = min(3.0, spec["timeout_s"] * 0.4)
     async with async_playwright() as pw:
         browser = await pw.chromium.launch(executable_path=spec["chromium"], headless=True,
                                            args=["--disable-background-networking", "--disable-component-update",
@@ -92,6 +92,10 @@ async def run(spec: dict) -> dict:
         context = await browser.new_context()
         page = await context.new_page()
         page.on("crash", lambda _p: browser_gone.__setitem__("flag", True))
+        # The scraper's clock starts now: browser start-up is fleet's cost, with its own limit in the runner.
+        start = time.monotonic()
+        ctx.deadline = start + spec["timeout_s"]
+        Path(spec["ready_path"]).write_text(str(os.getpid()))
         seen_keys: dict[tuple, dict] = {}
         count = 0
 
@@ -115,6 +119,7 @@ async def run(spec: dict) -> dict:
             await asyncio.wait_for(consume(), timeout=max(0.1, spec["timeout_s"] - grace))
             result = {"status": "ok" if count else "empty", "category": None}
         except asyncio.TimeoutError:
+            log.warning("[run %s] [%s] soft deadline reached; saving evidence before the hard limit", spec["run_id"], source.name)
             result = {"status": "timeout", "category": "source",
                       "error": f"source {source.name}: timed out after {spec['timeout_s']:g}s (timeout_s)"}
         except Exception as exc:
