@@ -116,14 +116,16 @@ def clone_and_push(remote: Path, files: dict[str, bytes | str], message: str, *,
     Returns the push's CompletedProcess (``check=False`` lets a test inspect a rejection)."""
     with tempfile.TemporaryDirectory(dir=Path(remote).parent) as scratch:
         work = scratch_clone(remote, Path(scratch) / "other")
+        paths = list(files)
         if any(p.startswith("data/") for p in files):
             attrs = work / "data" / ".gitattributes"
             attrs.parent.mkdir(parents=True, exist_ok=True)
             if LFS_ATTRS.strip() not in (attrs.read_text() if attrs.exists() else ""):
                 with open(attrs, "a") as fh:
                     fh.write(LFS_ATTRS)
+            paths.append("data/.gitattributes")
         _write(work, files)
-        git("add", "-A", cwd=work, env={"GIT_LFS_SKIP_SMUDGE": "1"})
+        git("add", "-f", "--", *paths, cwd=work, env={"GIT_LFS_SKIP_SMUDGE": "1"})
         git("commit", "-q", "-m", message, cwd=work)
         return git("push", "-q", "origin", "HEAD:main", cwd=work, env=env, check=check)
 

@@ -30,6 +30,8 @@ LFS_POINTER_MAX = 1024
 GITATTRIBUTES_LINE = "*.parquet filter=lfs diff=lfs merge=lfs -text"
 TRAILER = "Fleet-Idempotency-Key"
 IDENTITY = ("fleet", "fleet@localhost")
+# Names an artifact may not take: they would change how git treats the data (e.g. turn LFS off).
+_GIT_NAMES = {".git", ".gitattributes", ".gitignore", ".gitmodules", ".lfsconfig"}
 
 # A rejection that retrying cannot cure: branch protection, workflow files, identity/authentication.
 _PERMANENT_REJECTION = re.compile(
@@ -219,17 +221,25 @@ class _Publisher:
             finally:
                 fcntl.flock(fh, fcntl.LOCK_UN)
 
+    @contextmanager
+    def _os_errors(self) -> Iterator[None]:
+        try:
+            yield
+        except OSError as e:
+            raise self._fail(f"cannot commit to {self.where}: {e}") from e
+
     # -- the loop ----------------------------------------------------------------------------------
     def publish(self, files: dict[str, Path], *, subject: str, body: str, key: str) -> CommitResult:
         message = self._message(subject, body, key)
-        arts = self._snapshot(files)
+        with self._os_errors():
+            arts = self._snapshot(files)
         paths = sorted(a.path for a in arts)
         last = "no attempt made"
-        with self._locked():
+        with self._locked(), self._os_errors():
             for attempt in range(1, self.repo.attempts + 1):
                 try:
                     status, sha = self._attempt(arts, message, key, attempt)
-                except _Retry as e:
+                except (_Retry, GitFailure) as e:  # an unexpected git failure gets the same bounded retries
                     last = str(e)
                     self._warn("commit attempt %d/%d to %s lost: %s", attempt, self.repo.attempts,
                                self.where, last)
@@ -249,13 +259,13 @@ class _Publisher:
         changed = self._stage([a.path for a in restored] + [attrs], {a.path for a in arts} | {attrs})
         if not changed:
             return "up_to_date", base
-        new_oids = self._verify_staged(restored, changed)
+        new_objects = self._verify_staged(restored, changed)
         if base is not None and self._already_landed(base, key):
             return "up_to_date", base
         sha = self._commit(message)
         self._info("attempt %d: committed %s (%d path(s)) on top of %s", attempt, sha[:12], len(changed),
                    base[:12] if base else "an empty branch")
-        self._push_lfs(new_oids)
+        self._push_lfs(new_objects)
         _before_push(self.repo, attempt)
         self._push(sha)
         self._confirm(sha)
@@ -282,7 +292,7 @@ class _Publisher:
         for rel, src in sorted(files.items()):
             parts = PurePosixPath(rel).parts
             if (not parts or rel.startswith("/") or "\\" in rel
-                    or any(p in ("..", ".", ".git") for p in parts) or rel == ".gitattributes"):
+                    or any(p in ("..", ".") or p in _GIT_NAMES for p in parts)):
                 raise self._fail(f"{rel!r} is not a file path inside the data prefix")
             src = Path(src)
             if not src.is_file():
@@ -303,6 +313,8 @@ class _Publisher:
         try:
             remote_sha = self._ls_remote()
         except GitFailure as e:
+            if _PERMANENT_REJECTION.search(str(e)):
+                raise self._fail(f"{self.where} refused access and retrying will not help: {e}") from None
             raise _Retry(f"cannot read {self.where}: {e}") from None
         try:
             if not self._usable():
@@ -433,7 +445,8 @@ class _Publisher:
     def _stage(self, paths: list[str], allowed: set[str]) -> dict[str, str]:
         """``git add`` (the CLI, so the LFS clean filter runs) exactly ``paths``; return the staged
         changes {path: status}, after checking they are all ours."""
-        self._g("add", "--", *paths)
+        # -f: the paths are named one by one, and a .gitignore of the data repo must not drop one silently.
+        self._g("add", "-f", "--", *paths)
         out = self._g("diff", "--cached", "--no-renames", "--name-status", "-z")
         tokens = out.split("\0")
         changed = {tokens[i + 1]: tokens[i] for i in range(0, len(tokens) - 1, 2)}
@@ -443,9 +456,9 @@ class _Publisher:
                              "refusing to commit")
         return changed
 
-    def _verify_staged(self, restored: list[_Artifact], changed: dict[str, str]) -> list[str]:
-        """Every restored file is staged as the right LFS pointer (or, if not LFS-tracked, the right size);
-        return the LFS oids this commit introduces."""
+    def _verify_staged(self, restored: list[_Artifact], changed: dict[str, str]) -> list[_Artifact]:
+        """Every restored file is staged as the LFS pointer to its artifact (parquet always; other files
+        when LFS-tracked, else with the artifact's size); return the artifacts whose LFS objects are new."""
         if not restored:
             return []
         paths = [a.path for a in restored]
@@ -455,12 +468,15 @@ class _Publisher:
         for rec in filter(None, self._g("ls-files", "-s", "-z", "--", *paths).split("\0")):
             meta, path = rec.split("\t", 1)
             blobs[path] = meta.split()[1]
-        new_oids = []
+        new_objects = []
         for a in restored:
             blob = blobs.get(a.path)
             if blob is None:
                 raise self._fail(f"{a.path} is not in the index after staging")
             size = int(self._g("cat-file", "-s", blob))
+            if a.path not in lfs and a.path.endswith(".parquet"):
+                raise self._fail(f"{a.path} is not tracked by Git LFS (a .gitattributes overrides "
+                                 f"{self.repo.prefix}.gitattributes?); refusing to commit parquet into git")
             if a.path not in lfs:
                 if size != a.size:
                     raise self._fail(f"{a.path} staged with {size} bytes, artifact has {a.size}")
@@ -470,8 +486,8 @@ class _Publisher:
                 raise self._fail(f"{a.path} is LFS-tracked but was not staged as the pointer to its artifact "
                                  f"(staged {size} bytes); is git-lfs installed?")
             if a.path in changed:
-                new_oids.append(a.sha256)
-        return new_oids
+                new_objects.append(a)
+        return new_objects
 
     def _already_landed(self, base: str, key: str) -> bool:
         """A commit with our idempotency key whose prefix tree equals what we staged is already there."""
@@ -503,8 +519,9 @@ class _Publisher:
                      extra_env=env)
         return self._g("rev-parse", "HEAD")
 
-    def _push_lfs(self, oids: list[str]) -> None:
+    def _push_lfs(self, objects: list[_Artifact]) -> None:
         """Upload the new LFS objects before the commit that references them (else: GH008)."""
+        oids = sorted({a.sha256 for a in objects})
         if not oids:
             return
         try:
@@ -515,11 +532,13 @@ class _Publisher:
         store = self.remote.local_path
         if store is None:
             return
-        for oid in oids:
+        for a in objects:
+            oid = a.sha256
             obj = next((root / "lfs" / "objects" / oid[:2] / oid[2:4] / oid
                         for root in (store, store / ".git") if (root / "lfs").is_dir()), None)
-            if obj is None or not obj.is_file():
-                raise _Retry(f"LFS object {oid} is not in the remote's store after upload")
+            if obj is None or not obj.is_file() or obj.stat().st_size != a.size:
+                raise _Retry(f"LFS object {oid} ({a.path}, {a.size} bytes) is not in the remote's store "
+                             "after upload")
         self._info("uploaded %d LFS object(s)", len(oids))
 
     def _push(self, sha: str) -> None:
