@@ -103,6 +103,19 @@ def test_same_files_again_is_up_to_date(bare, tmp_path):
     assert_lfs_content(bare, f"data/{REL}", art)
 
 
+def test_same_key_and_prefix_tree_already_in_history_is_up_to_date(bare, tmp_path):
+    art = artifact(tmp_path, "raw.parquet")
+    repo = data_repo(bare, tmp_path)
+    first = commit_files(repo, {REL: art}, subject="raw", idempotency_key="raw:k")
+    gr.clone_and_push(bare, {f"data/{REL}": b"someone else's bytes"}, "overwrite")
+    head = gr.log(bare)[0]["sha"]
+    again = commit_files(repo, {REL: art}, subject="raw", idempotency_key="raw:k")
+    assert (again.status, again.sha) == ("up_to_date", head) and first.sha != head
+    other_key = commit_files(repo, {REL: art}, subject="raw", idempotency_key="raw:other")
+    assert other_key.status == "committed"
+    assert_lfs_content(bare, f"data/{REL}", art)
+
+
 def test_main_moves_mid_run_our_commit_lands_on_top(bare, tmp_path, monkeypatch):
     art = artifact(tmp_path, "raw.parquet")
     theirs = artifact(tmp_path, "theirs.parquet")

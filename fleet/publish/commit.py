@@ -375,6 +375,13 @@ class _Publisher:
         return base
 
     # -- step 2: restore artifacts -----------------------------------------------------------------
+    def _blob(self, blob: str) -> tuple[int, tuple[str, int] | None]:
+        """A blob's size, and ``(oid, size)`` if it is an LFS pointer (only small blobs are read)."""
+        size = int(self._g("cat-file", "-s", blob))
+        if size > LFS_POINTER_MAX:
+            return size, None
+        return size, parse_pointer(self._g("cat-file", "blob", blob) + "\n")
+
     def _head_pointers(self, arts: list[_Artifact]) -> dict[str, tuple[str, int]]:
         """LFS pointers the base commit holds at the artifacts' paths."""
         found = {}
@@ -382,12 +389,8 @@ class _Publisher:
         for rec in filter(None, ls.split("\0")):
             meta, path = rec.split("\t", 1)
             _mode, kind, blob = meta.split()
-            if kind != "blob":
-                continue
-            if int(self._g("cat-file", "-s", blob)) <= LFS_POINTER_MAX:
-                ptr = parse_pointer(self._g("cat-file", "blob", blob) + "\n")
-                if ptr:
-                    found[path] = ptr
+            if kind == "blob" and (ptr := self._blob(blob)[1]):
+                found[path] = ptr
         return found
 
     def _restore(self, arts: list[_Artifact], base: str | None) -> list[_Artifact]:
@@ -473,7 +476,7 @@ class _Publisher:
             blob = blobs.get(a.path)
             if blob is None:
                 raise self._fail(f"{a.path} is not in the index after staging")
-            size = int(self._g("cat-file", "-s", blob))
+            size, ptr = self._blob(blob)
             if a.path not in lfs and a.path.endswith(".parquet"):
                 raise self._fail(f"{a.path} is not tracked by Git LFS (a .gitattributes overrides "
                                  f"{self.repo.prefix}.gitattributes?); refusing to commit parquet into git")
@@ -481,7 +484,6 @@ class _Publisher:
                 if size != a.size:
                     raise self._fail(f"{a.path} staged with {size} bytes, artifact has {a.size}")
                 continue
-            ptr = parse_pointer(self._g("cat-file", "blob", blob) + "\n") if size <= LFS_POINTER_MAX else None
             if ptr != (a.sha256, a.size):
                 raise self._fail(f"{a.path} is LFS-tracked but was not staged as the pointer to its artifact "
                                  f"(staged {size} bytes); is git-lfs installed?")
