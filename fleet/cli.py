@@ -75,6 +75,7 @@ def run_week(week: str, sources: tuple[str, ...] = (), deep: tuple[str, ...] = (
     selection = [AssetKey(["raw", n]) for n in sources] if sources else None
 
     with week_lock(s.home, week):
+        reap_orphaned_runs(instance, week, echo)
         echo(f"fleet: scraping week {week} ({len(sources or names)} sources, at most {s.max_parallel} at once)")
         result = execute_job(reconstructable(d.scrape_week_job), instance, run_config={"ops": ops, **logging_cfg},
                              tags={**base_tags, tx.TAG_KIND: "scrape"}, asset_selection=selection)
@@ -94,6 +95,49 @@ def run_week(week: str, sources: tuple[str, ...] = (), deep: tuple[str, ...] = (
                 publish_run = run
                 break
         return report(instance, week, names, publish_run, echo)
+
+
+def reap_orphaned_runs(instance, week: str, echo) -> None:
+    """Runs of this week left "in progress" by a `fleet run` that was killed: we hold the week's lock, so their
+    process is gone. Mark them failed with the reason, so they never block the week."""
+    from dagster import DagsterRunStatus, RunsFilter
+
+    from fleet.policy import taxonomy as tx
+
+    stuck = instance.get_runs(RunsFilter(tags={tx.PARTITION_TAG: week, tx.TAG_DRIVER: "cli"},
+                                         statuses=[DagsterRunStatus.STARTED, DagsterRunStatus.STARTING,
+                                                   DagsterRunStatus.NOT_STARTED]))
+    for run in stuck:
+        echo(f"fleet: run {run.run_id} for week {week} was left in progress by a process that is gone; marking it failed")
+        instance.report_run_failed(run)
+        instance.add_run_tags(run.run_id, {"fleet/abandoned": "the fleet run process died (kill -9 or reboot)"})
+
+
+def reprocess_week(week: str, echo=click.echo) -> int:
+    """Post-process the stored raw rows again and commit the result; no network."""
+    from dagster import AssetKey, execute_job, reconstructable
+
+    from fleet.defs import definitions as d
+    from fleet.defs.assets import artifact_store
+    from fleet.defs.instance import get_instance
+    from fleet.policy import taxonomy as tx
+    from fleet.storage import store as keys
+
+    s = settings()
+    if not artifact_store().exists(week, keys.CONSOLIDATED_KEY):
+        raise FleetError(f"week {week} has no stored raw rows to reprocess; run it first")
+    instance = get_instance(s)
+    with week_lock(s.home, week):
+        result = execute_job(reconstructable(d.publish_week_job), instance,
+                             run_config={"loggers": {"console": {"config": {"log_level": "INFO"}}}},
+                             tags={tx.PARTITION_TAG: week, tx.TAG_DRIVER: "cli", tx.TAG_KIND: "reprocess"},
+                             asset_selection=[AssetKey("post_processed"), AssetKey("processed_commit")])
+    rec = artifact_store().read_json(week, keys.commit_key("processed"))
+    if result.success and rec:
+        echo(f"commit processed {rec['status']:<10} {rec['sha']}")
+        return EXIT_OK
+    echo("fleet: reprocessing failed; see the log above", err=True)
+    return EXIT_NOTHING
 
 
 def report(instance, week: str, names: list[str], publish_run, echo) -> int:
@@ -147,10 +191,24 @@ def main():
 
 
 def _run_options(f):
+    f = click.option("--force", is_flag=True, help="Allow scraping a week older than the last complete week.")(f)
     f = click.option("--refresh", is_flag=True, help="Scrape again even where this week's raw artifact is stored.")(f)
     f = click.option("--deep", multiple=True, metavar="NAME", help="Turn on NAME's expensive phase.")(f)
     f = click.option("--source", "sources", multiple=True, metavar="NAME", help="Only these sources.")(f)
     return _week_option(f)
+
+
+def refuse_past_week(week: str, force: bool) -> None:
+    """The web cannot be fetched as it was: scraping a week before the last complete one needs --force,
+    unless its raw rows are stored (then nothing is fetched)."""
+    from fleet.defs.assets import artifact_store
+    from fleet.storage import store as keys
+
+    oldest = last_complete_week(dt.date.today())
+    if parse_week(week) < oldest and not force and not artifact_store().exists(week, keys.CONSOLIDATED_KEY):
+        click.echo(f"fleet: error: week {week} is older than the last complete week ({oldest}); the web cannot be "
+                   f"fetched as it was then. Use --force to scrape it anyway.", err=True)
+        sys.exit(EXIT_NOTHING)
 
 
 def _exit_on_error(fn, *args, **kwargs):
@@ -163,22 +221,84 @@ def _exit_on_error(fn, *args, **kwargs):
 
 @main.command()
 @_run_options
-def run(week, sources, deep, refresh):
+def run(week, sources, deep, refresh, force):
     """Run the weekly pipeline for one week."""
-    sys.exit(_exit_on_error(run_week, resolve_week(week), sources, deep, refresh))
+    w = resolve_week(week)
+    refuse_past_week(w, force)
+    sys.exit(_exit_on_error(run_week, w, sources, deep, refresh))
 
 
 @main.command()
 @_run_options
-def demo(week, sources, deep, refresh):
+def demo(week, sources, deep, refresh, force):
     """Start the bundled demo sites on 127.0.0.1 and run the demo scrapers against them."""
     from fleet.demo.sites import DemoSites
 
+    w = resolve_week(week)
+    refuse_past_week(w, force)
     with DemoSites() as sites:
         os.environ["FLEET_DEMO_URL"] = sites.url
         click.echo(f"fleet: demo sites at {sites.url}")
-        code = _exit_on_error(run_week, resolve_week(week), sources, deep, refresh)
+        code = _exit_on_error(run_week, w, sources, deep, refresh)
     sys.exit(code)
+
+
+@main.command()
+@click.option("--from", "start", required=True, help="First week (Monday or ISO week).")
+@click.option("--to", "end", required=True, help="Last week, inclusive.")
+@click.option("--force", is_flag=True, help="Allow scraping weeks older than the last complete week.")
+def backfill(start, end, force):
+    """Re-run weeks. Where a week's raw rows are stored, everything runs from them without the network."""
+    from fleet.defs.assets import artifact_store
+    from fleet.storage import store as keys
+
+    first, last = parse_week(start), parse_week(end)
+    if last < first:
+        raise click.BadParameter("--to is before --from")
+    oldest_scrapable = last_complete_week(dt.date.today())
+    worst = EXIT_OK
+    week = first
+    while week <= last:
+        w = week.isoformat()
+        stored = artifact_store().exists(w, keys.CONSOLIDATED_KEY)
+        if week < oldest_scrapable and not stored and not force:
+            click.echo(f"fleet: week {w} is older than the last complete week ({oldest_scrapable}) and has no stored raw "
+                       f"rows; the web cannot be fetched as it was then. Use --force to scrape it anyway.", err=True)
+            worst = max(worst, EXIT_NOTHING)
+        else:
+            worst = max(worst, _exit_on_error(run_week, w))
+        week += dt.timedelta(days=7)
+    sys.exit(worst)
+
+
+@main.command()
+@_week_option
+def reprocess(week):
+    """Re-run post-processing on a week's stored raw rows (no network) and commit the result."""
+    sys.exit(_exit_on_error(reprocess_week, resolve_week(week)))
+
+
+@main.command()
+@click.argument("source")
+def history(source):
+    """One source over the stored weeks: status, category, rows, seconds, error."""
+    from fleet.defs.assets import artifact_store
+    from fleet.storage import store as keys
+
+    store = artifact_store()
+    click.echo(f"{'week':<11} {'status':<8} {'category':<8} {'rows':>6} {'seconds':>8}  detail")
+    found = False
+    for w in store.weeks():
+        rec = store.read_json(w, keys.outcome_key(source))
+        if not rec:
+            continue
+        found = True
+        detail = (rec.get("error") or "").strip().splitlines()[0][:120] if rec.get("error") else ""
+        click.echo(f"{w:<11} {rec['status']:<8} {(rec.get('category') or '-'):<8} {int(rec.get('rows') or 0):>6} "
+                   f"{float(rec.get('seconds') or 0):>8.1f}  {detail}")
+    if not found:
+        click.echo(f"fleet: no stored weeks for source {source!r}", err=True)
+        sys.exit(EXIT_NOTHING)
 
 
 @main.command()

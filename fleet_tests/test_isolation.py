@@ -15,7 +15,7 @@ def _status_lines(text: str) -> dict[str, list[str]]:
 
 def test_faulty_sources_cost_only_themselves(fleet_env):
     env = {**fleet_env.env, "FLEET_DEMO_FAULTS": "1"}
-    res = run_fleet(env, "demo", "--week", "2026-W47")
+    res = run_fleet(env, "demo", "--week", "2026-W47", "--force")
     out = res.stdout + res.stderr
     assert res.returncode == 1, out[-4000:]
 

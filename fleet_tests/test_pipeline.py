@@ -9,7 +9,7 @@ DEMO_ROWS = {"books": 24, "catalog": 40, "jobs": 35, "parts": 18, "shops": 15, "
 
 def test_demo_week_makes_two_lfs_commits_and_reruns_make_none(fleet_env):
     before = log(fleet_env.remote)
-    res = run_fleet(fleet_env.env, "demo", "--week", "2026-W47")
+    res = run_fleet(fleet_env.env, "demo", "--week", "2026-W47", "--force")
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     commits = log(fleet_env.remote)
     new = commits[: len(commits) - len(before)]
@@ -32,7 +32,7 @@ def test_demo_week_makes_two_lfs_commits_and_reruns_make_none(fleet_env):
     for name in DEMO_ROWS:
         assert f"\n{name:<20} ok" in res.stdout
 
-    again = run_fleet(fleet_env.env, "demo", "--week", "2026-W47")
+    again = run_fleet(fleet_env.env, "demo", "--week", "2026-W47", "--force")
     assert again.returncode == 0, again.stderr[-3000:]
     assert log(fleet_env.remote) == commits  # no new commit: "up to date"
     assert "up_to_date" in again.stdout
@@ -82,7 +82,7 @@ def test_scrapers_from_another_directory_run_end_to_end(fleet_env):
     (d / "planets.py").write_text(USER_SCRAPER)
     (d / "prices.py").write_text(BAD_ROW_SCRAPER)
     env = {**fleet_env.env, "FLEET_SCRAPERS_DIR": str(d)}
-    res = run_fleet(env, "run", "--week", "2026-W47")
+    res = run_fleet(env, "run", "--week", "2026-W47", "--force")
     assert res.returncode == 1, res.stdout[-3000:] + res.stderr[-3000:]  # prices failed, planets committed
     frame = committed_frame(fleet_env.remote, f"data/{WEEK}/raw.parquet")
     assert sorted(frame["planet"].to_list()) == ["Earth", "Mars"]
@@ -98,7 +98,7 @@ def test_no_data_at_all_is_an_infrastructure_failure(fleet_env):
     (d / "prices.py").write_text(BAD_ROW_SCRAPER)
     (d / "oops.py").write_text("import this_module_does_not_exist\n")
     before = log(fleet_env.remote)
-    res = run_fleet({**fleet_env.env, "FLEET_SCRAPERS_DIR": str(d)}, "run", "--week", "2026-W47")
+    res = run_fleet({**fleet_env.env, "FLEET_SCRAPERS_DIR": str(d)}, "run", "--week", "2026-W47", "--force")
     assert res.returncode == 2
     assert f"infrastructure failure: no source returned data for week {WEEK}" in res.stdout + res.stderr
     assert log(fleet_env.remote) == before

@@ -26,7 +26,7 @@ def _runs(counters, name):
 def test_crashed_sources_are_reexecuted_at_most_n_times_and_bugs_never(fleet_env):
     env, counters = _env(fleet_env, reruns=2)
     before = log(fleet_env.remote)
-    res = run_fleet(env, "run", "--week", WEEK)
+    res = run_fleet(env, "run", "--week", WEEK, "--force")
     assert res.returncode == 1, res.stdout[-4000:] + res.stderr[-4000:]
     assert _runs(counters, "crash_once") == 2      # SIGKILLed once, recovered on attempt 2
     assert _runs(counters, "crash_always") == 3    # 1 + N, then reported

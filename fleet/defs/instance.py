@@ -51,11 +51,16 @@ def ensure_home(s: Settings) -> Path:
 
 
 def get_instance(s: Settings):
+    import fcntl
+
     from dagster import DagsterInstance
 
-    ensure_home(s)
-    instance = DagsterInstance.get()
-    # The pool cap must hold across concurrent runs, so it lives in the instance, not in a run's executor.
-    if instance.event_log_storage.get_concurrency_info(POOL).slot_count != s.max_parallel:
-        instance.event_log_storage.set_concurrency_slots(POOL, s.max_parallel)
+    home = ensure_home(s)
+    # Two processes creating the sqlite schema at once race; the first to hold this lock creates it.
+    with open(home / ".init.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        instance = DagsterInstance.get()
+        # The pool cap must hold across concurrent runs, so it lives in the instance, not in a run's executor.
+        if instance.event_log_storage.get_concurrency_info(POOL).slot_count != s.max_parallel:
+            instance.event_log_storage.set_concurrency_slots(POOL, s.max_parallel)
     return instance
