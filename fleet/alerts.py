@@ -1,0 +1,261 @@
+"""Alert delivery (no Dagster): exactly one alert per (source, week, check, severity), to a JSONL log and optional sinks.
+
+Files under ``<home>/alerts/``:
+  sent.json     the ledger of delivered keys, rewritten atomically (temp file + rename) after each alert
+  alerts.jsonl  one JSON line per delivered alert (with ``webhook_error`` when the webhook failed)
+  .lock         ``fcntl.flock`` lock held for a whole ``deliver`` call, so concurrent processes never send twice
+
+Sinks: the JSONL log always; a webhook (``webhook=`` or env ``FLEET_ALERT_WEBHOOK``) gets the alert as a JSON POST
+(timeout 5 s, 2 retries on connection errors; failures are logged and recorded, never raised); Slack (``slack=``
+channel or env ``FLEET_ALERT_SLACK``, token ``FLEET_SLACK_TOKEN``) through ``dagster_slack`` when importable, otherwise
+skipped with a warning. An alert whose webhook failed still counts as delivered (it is in the log) and is not resent.
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import datetime as dt
+import fcntl
+import json
+import logging
+import os
+import socket
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any, Iterable
+
+log = logging.getLogger("fleet.alerts")
+
+WEBHOOK_TIMEOUT_S = 5.0
+WEBHOOK_RETRIES = 2
+_RETRY_PAUSE_S = (0.2, 0.5)
+
+
+@dataclasses.dataclass(frozen=True)
+class Alert:
+    source: str | None
+    week: str
+    check: str
+    severity: str
+    category: str | None
+    message: str
+    evidence: dict            # {"screenshot": path, "html": path} when known
+    last_good_week: str | None
+    run_id: str | None = None
+
+    @property
+    def key(self) -> str:
+        return "|".join((self.source or "-", self.week, self.check, self.severity))
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+# ------------------------------------------------------------------------------------------ building alerts
+
+
+def from_source_checks(source: str, week: str, outcomes: Iterable, *, category: str | None = None,
+                       evidence: dict | None = None, last_good_week: str | None = None,
+                       run_id: str | None = None) -> list[Alert]:
+    """Alerts for the failed ``fleet.checks.CheckOutcome``s of one source's week."""
+    return [Alert(source=source, week=week, check=o.name, severity=o.severity, category=category, message=o.message,
+                  evidence=dict(evidence or {}), last_good_week=last_good_week, run_id=run_id)
+            for o in outcomes if not o.passed]
+
+
+def from_week_checks(week: str, results: Iterable[dict], *, run_id: str | None = None) -> list[Alert]:
+    """Alerts for the failed entries of ``fleet.checks.week_checks``."""
+    return [Alert(source=r.get("source"), week=week, check=r["check"], severity=r["severity"],
+                  category=r.get("category"), message=r["message"], evidence=dict(r.get("evidence") or {}),
+                  last_good_week=r.get("last_good_week"), run_id=run_id)
+            for r in results if not r.get("passed")]
+
+
+# ------------------------------------------------------------------------------------------ ledger
+
+
+@contextlib.contextmanager
+def _locked(folder: Path):
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder / ".lock", "a+") as fh:
+        fcntl.flock(fh.fileno(), fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
+
+
+def _read_ledger(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        return {}
+    except (OSError, ValueError) as exc:
+        log.warning("alert ledger %s unreadable (%s); rebuilding it from alerts.jsonl", path, exc)
+        return _ledger_from_log(path.parent / "alerts.jsonl")
+    return data if isinstance(data, dict) else {}
+
+
+def _ledger_from_log(path: Path) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    try:
+        lines = path.read_text().splitlines()
+    except FileNotFoundError:
+        return out
+    for line in lines:
+        try:
+            rec = json.loads(line)
+            key = "|".join((rec.get("source") or "-", rec["week"], rec["check"], rec["severity"]))
+        except (ValueError, KeyError, TypeError):
+            continue
+        out[key] = {"sent_at": rec.get("sent_at"), "run_id": rec.get("run_id")}
+    return out
+
+
+def _write_atomic(path: Path, payload: bytes) -> None:
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(payload)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+
+
+def _append_line(path: Path, record: dict) -> None:
+    with open(path, "a", encoding="utf-8") as fh:
+        fh.write(json.dumps(record, sort_keys=True, default=str) + "\n")
+        fh.flush()
+        os.fsync(fh.fileno())
+
+
+# ------------------------------------------------------------------------------------------ sinks
+
+
+def _is_connection_error(exc: BaseException) -> bool:
+    if isinstance(exc, urllib.error.HTTPError):
+        return False
+    if isinstance(exc, urllib.error.URLError):
+        exc = exc.reason if isinstance(exc.reason, BaseException) else exc
+    return isinstance(exc, (ConnectionError, TimeoutError, socket.timeout, urllib.error.URLError, OSError))
+
+
+def _post_webhook(url: str, alert: Alert) -> str | None:
+    """POST the alert; None on success, else the error text. Never raises."""
+    body = json.dumps(alert.to_json(), sort_keys=True, default=str).encode()
+    last = "unknown error"
+    for attempt in range(WEBHOOK_RETRIES + 1):
+        req = urllib.request.Request(url, data=body, method="POST",
+                                     headers={"Content-Type": "application/json", "User-Agent": "fleet-alerts"})
+        try:
+            with urllib.request.urlopen(req, timeout=WEBHOOK_TIMEOUT_S) as resp:
+                resp.read()
+            return None
+        except urllib.error.HTTPError as exc:
+            return f"HTTP {exc.code} {exc.reason}"
+        except Exception as exc:  # noqa: BLE001 - a webhook must never break the run
+            last = f"{type(exc).__name__}: {getattr(exc, 'reason', exc)}"
+            if not _is_connection_error(exc) or attempt == WEBHOOK_RETRIES:
+                return last
+            time.sleep(_RETRY_PAUSE_S[min(attempt, len(_RETRY_PAUSE_S) - 1)])
+    return last
+
+
+def _slack_client(channel: str):
+    try:
+        from dagster_slack import SlackResource  # type: ignore[import-not-found]
+    except ImportError:
+        log.warning("slack alerts for channel %s skipped: dagster-slack is not installed", channel)
+        return None
+    token = os.environ.get("FLEET_SLACK_TOKEN")
+    if not token:
+        log.warning("slack alerts for channel %s skipped: FLEET_SLACK_TOKEN is not set", channel)
+        return None
+    try:
+        return SlackResource(token=token).get_client()
+    except Exception as exc:  # noqa: BLE001
+        log.warning("slack alerts for channel %s skipped: %s", channel, exc)
+        return None
+
+
+def _post_slack(client, channel: str, alert: Alert) -> str | None:
+    try:
+        client.chat_postMessage(channel=channel, text=_line(alert))
+        return None
+    except Exception as exc:  # noqa: BLE001
+        return f"{type(exc).__name__}: {exc}"
+
+
+# ------------------------------------------------------------------------------------------ delivery
+
+
+def deliver(alerts: list[Alert], home: Path, *, webhook: str | None = None, slack: str | None = None) -> list[Alert]:
+    """Send the alerts not sent before (by source, week, check, severity); return those newly sent.
+
+    ``webhook``/``slack`` default to env ``FLEET_ALERT_WEBHOOK``/``FLEET_ALERT_SLACK``; pass ``""`` to disable.
+    """
+    if webhook is None:
+        webhook = os.environ.get("FLEET_ALERT_WEBHOOK") or None
+    if slack is None:
+        slack = os.environ.get("FLEET_ALERT_SLACK") or None
+    folder = Path(home) / "alerts"
+    ledger_path, log_path = folder / "sent.json", folder / "alerts.jsonl"
+    sent: list[Alert] = []
+    with _locked(folder):
+        ledger = _read_ledger(ledger_path)
+        todo: list[Alert] = []
+        for alert in alerts:
+            if alert.key not in ledger and all(a.key != alert.key for a in todo):
+                todo.append(alert)
+        if not todo:
+            return []
+        client = _slack_client(slack) if slack else None
+        webhook_down: str | None = None
+        for alert in todo:
+            record = {**alert.to_json(), "sent_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")}
+            if webhook:
+                err = f"skipped: webhook unreachable earlier in this batch ({webhook_down})" if webhook_down \
+                    else _post_webhook(webhook, alert)
+                if err:
+                    record["webhook_error"] = err
+                    if not webhook_down:
+                        log.warning("alert webhook failed for %s: %s", alert.key, err)
+                        if not err.startswith("HTTP "):
+                            webhook_down = err
+            if client is not None:
+                err = _post_slack(client, slack, alert)
+                if err:
+                    record["slack_error"] = err
+                    log.warning("slack alert failed for %s: %s", alert.key, err)
+            _append_line(log_path, record)
+            ledger[alert.key] = {"sent_at": record["sent_at"], "run_id": alert.run_id}
+            _write_atomic(ledger_path, json.dumps(ledger, indent=1, sort_keys=True).encode())
+            sent.append(alert)
+    return sent
+
+
+def _line(alert: Alert) -> str:
+    extra = []
+    if alert.category:
+        extra.append(f"category {alert.category}")
+    if alert.last_good_week:
+        extra.append(f"last good week {alert.last_good_week}")
+    for kind in ("screenshot", "html"):
+        if alert.evidence.get(kind):
+            extra.append(f"{kind} {alert.evidence[kind]}")
+    tail = f" ({'; '.join(extra)})" if extra else ""
+    return f"[{alert.severity}] {alert.week} {alert.source or '(all sources)'} {alert.check}: {alert.message}{tail}"
+
+
+def summary(alerts: list[Alert]) -> str:
+    """One line per alert, for the end of ``fleet run``."""
+    if not alerts:
+        return "no alerts"
+    return "\n".join(_line(a) for a in alerts)
