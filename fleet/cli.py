@@ -94,7 +94,7 @@ def run_week(week: str, sources: tuple[str, ...] = (), deep: tuple[str, ...] = (
             if action.kind == "publish":
                 publish_run = run
                 break
-        return report(instance, week, names, publish_run, echo)
+        return report(instance, week, names, publish_run, echo, selected=list(sources or names))
 
 
 def reap_orphaned_runs(instance, week: str, echo) -> None:
@@ -140,7 +140,7 @@ def reprocess_week(week: str, echo=click.echo) -> int:
     return EXIT_NOTHING
 
 
-def report(instance, week: str, names: list[str], publish_run, echo) -> int:
+def report(instance, week: str, names: list[str], publish_run, echo, selected: list[str]) -> int:
     from dagster import DagsterEventType
 
     from fleet.defs.assets import artifact_store
@@ -163,6 +163,7 @@ def report(instance, week: str, names: list[str], publish_run, echo) -> int:
         rec = store.read_json(week, keys.commit_key(stage))
         if f"{stage}_commit" in steps_ok and rec:
             echo(f"commit {stage:<9} {rec['status']:<10} {rec['sha']}")
+    print_alerts(week, echo)
     for step, msg in failures.items():
         echo(f"FAILED {step}: {msg.splitlines()[-1] if msg else ''}", err=True)
     if "raw_commit" not in steps_ok:
@@ -173,7 +174,22 @@ def report(instance, week: str, names: list[str], publish_run, echo) -> int:
         echo("the raw rows were committed, but post-processing or its commit failed (see above); "
              "rerun with `fleet reprocess` or `fleet commit --stage processed`", err=True)
         return EXIT_PARTIAL
-    return EXIT_OK if all(r.status in ("ok",) for r in rows) else EXIT_PARTIAL
+    return EXIT_OK if all(r.status == "ok" for r in rows if r.source in selected) else EXIT_PARTIAL
+
+
+def print_alerts(week: str, echo) -> None:
+    """The week's alerts, as recorded in the alert log (each was sent once)."""
+    import json
+
+    log_path = settings().home / "alerts" / "alerts.jsonl"
+    if not log_path.exists():
+        return
+    lines = [json.loads(line) for line in log_path.read_text().splitlines() if line.strip()]
+    mine = [a for a in lines if a.get("week") == week]
+    if mine:
+        echo(f"alerts for week {week} ({len(mine)}):")
+        for a in mine:
+            echo(f"  {a['severity']:<5} {a.get('source') or 'week':<20} {a['check']:<12} {a['message'].splitlines()[0][:160]}")
 
 
 def print_status(rows, echo=click.echo) -> None:

@@ -7,6 +7,12 @@ from dagster import (
     MaterializeResult, MetadataValue, WeeklyPartitionsDefinition, asset,
 )
 
+import dataclasses
+
+import polars as pl
+
+from fleet import alerts as alerting
+from fleet import checks as qc
 from fleet.config import settings
 from fleet.scraping.discovery import Source
 from fleet.scraping.runner import run_source
@@ -38,6 +44,54 @@ class RawConfig(Config):
     """Attempts for transient navigation errors."""
 
 
+SOURCE_CHECKS = {
+    "non_empty": "The source returned at least one row this week (ERROR: empty feed).",
+    "volume": "Rows against the median of the last 4 successful weeks (WARN below 50%, ERROR below 10%).",
+    "coverage": "Per-column fill rate and value shape against the trailing weeks (WARN: selector rot suspected).",
+    "schema": "The stored columns and types equal the scraper's declared schema.",
+}
+SEVERITY = {"ERROR": AssetCheckSeverity.ERROR, "WARN": AssetCheckSeverity.WARN}
+
+
+def checks_key(source: str) -> str:
+    return f"raw/{source}.checks.json"
+
+
+def run_source_checks(source: Source, week: str, store) -> list:
+    """Evaluate the source's checks on its stored rows against its own history; store the results for alerting."""
+    cls = source.load_class()
+    frame = pl.read_parquet(store.path(week, keys.raw_key(source.name)))
+    outcomes = qc.source_checks(source.name, cls.schema, frame, qc.history(store, source.name, week),
+                                warn_ratio=cls.volume_warn_ratio, error_ratio=cls.volume_error_ratio, week=week)
+    if frame.height == 0:
+        # one problem, one alert: an empty feed is reported by non_empty, not again as a volume collapse
+        outcomes = [dataclasses.replace(o, passed=True, message="skipped: empty feed (see non_empty)")
+                    if o.name == "volume" else o for o in outcomes]
+    qc.save_profile(store, week, source.name, qc.profile(frame))
+    store.write_json(week, checks_key(source.name), [dataclasses.asdict(o) for o in outcomes])
+    return outcomes
+
+
+def alert_week(context, store, week: str, sources: list[str]) -> list:
+    """Turn the week's failed checks and missing sources into alerts, once each (the ledger dedups reruns)."""
+    found = []
+    for name in sources:
+        failed = [qc.CheckOutcome(**r) for r in (store.read_json(week, checks_key(name)) or []) if not r["passed"]]
+        if failed:
+            rec = store.read_json(week, keys.outcome_key(name)) or {}
+            found += alerting.from_source_checks(name, week, failed, category=rec.get("category"),
+                                                 evidence=rec.get("evidence"), run_id=context.run_id,
+                                                 last_good_week=qc.last_good_week(store, name, week))
+    # a source nobody asked to run this week (`--source` subsets) is not a problem to alert on
+    week_results = [r for r in qc.week_checks(store, week, sources)
+                    if not (r["check"] == "missing" and r.get("status") == "not run")]
+    found += alerting.from_week_checks(week, week_results, run_id=context.run_id)
+    sent = alerting.deliver(found, settings().home)
+    for a in sent:
+        context.log.warning(f"[run {context.run_id}] [{a.source or 'week'}] ALERT {a.severity} {a.check}: {a.message}")
+    return sent
+
+
 def _md_path(p):
     return MetadataValue.path(p) if p else MetadataValue.text("-")
 
@@ -48,8 +102,7 @@ def raw_asset(source: Source, partitions_def):
     @asset(
         key=key, partitions_def=partitions_def, pool="scrapers", group_name=RAW_GROUP,
         description=source.description, kinds={"playwright", "parquet"},
-        check_specs=[AssetCheckSpec("non_empty", asset=key, blocking=False,
-                                    description="The source returned at least one row this week.")],
+        check_specs=[AssetCheckSpec(name, asset=key, blocking=False, description=text) for name, text in SOURCE_CHECKS.items()],
         tags={"fleet/source": source.name},
     )
     def _raw(context: AssetExecutionContext, config: RawConfig):
@@ -72,13 +125,16 @@ def raw_asset(source: Source, partitions_def):
             )
         if out.status == "partial":
             context.log.warning(f"[run {context.run_id}] [{source.name}] {out.error}; keeping the {out.rows} rows collected")
+        outcomes = run_source_checks(source, week, store)
+        coverage = next((o.metadata for o in outcomes if o.name == "coverage"), {})
         return MaterializeResult(
             metadata={**common, "dagster/row_count": out.rows, "path": MetadataValue.path(str(store.path(week, keys.raw_key(source.name)))),
-                      "reused": out.reused},
-            check_results=[AssetCheckResult(
-                check_name="non_empty", passed=out.rows > 0, severity=AssetCheckSeverity.ERROR,
-                description=None if out.rows else f"empty feed: source {source.name} returned no rows for week {week}",
-                metadata={"rows": out.rows})],
+                      "reused": out.reused,
+                      **{k: float(v) for k, v in coverage.items() if k.startswith("coverage/") and v is not None}},
+            check_results=[AssetCheckResult(check_name=o.name, passed=o.passed, severity=SEVERITY[o.severity],
+                                            description=o.message,
+                                            metadata={k: v for k, v in o.metadata.items() if v is not None})
+                           for o in outcomes],
         )
 
     return _raw
@@ -92,7 +148,9 @@ def publish_assets(sources: list[Source], partitions_def):
     def consolidated_raw_rows(context: AssetExecutionContext) -> MaterializeResult:
         """All sources' rows for the week in one parquet file with a `source` column: whatever succeeded this week."""
         week = context.partition_key
-        summary = consolidate(artifact_store(), week, names)
+        store = artifact_store()
+        summary = consolidate(store, week, names)
+        alert_week(context, store, week, names)
         if summary["rows"] == 0:
             raise Failure(description=f"infrastructure failure: no source returned data for week {week}",
                           metadata={"fleet/category": "infra", "missing": MetadataValue.json(summary["missing"])},

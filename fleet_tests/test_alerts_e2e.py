@@ -1,0 +1,76 @@
+"""Checks and alerts over several real weeks: the demo sites change between weeks; a webhook gets one POST per problem."""
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from fleet.demo.sites import set_mode
+from fleet_tests.conftest import run_fleet
+
+SOURCES = ["--source", "books", "--source", "jobs", "--source", "stocks"]
+
+
+class Receiver:
+    def __init__(self):
+        self.posts = []
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self):
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                outer.posts.append(json.loads(body))
+                self.send_response(204)
+                self.end_headers()
+
+            def log_message(self, *a):
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.url = f"http://127.0.0.1:{self.server.server_port}/hook"
+
+    def keys(self, start=0):
+        return sorted((p.get("source") or "-", p["week"], p["check"], p["severity"]) for p in self.posts[start:])
+
+
+def test_checks_alert_once_per_problem_over_real_weeks(fleet_env):
+    hook = Receiver()
+    state = fleet_env.tmp / "sites"
+    env = {**fleet_env.env, "FLEET_ALERT_WEBHOOK": hook.url, "FLEET_DEMO_STATE_DIR": str(state)}
+    try:
+        for week in ("2026-10-26", "2026-11-02", "2026-11-09"):   # clean weeks build the history
+            res = run_fleet(env, "demo", "--week", week, "--force", *SOURCES)
+            assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-2000:]
+        assert hook.posts == []  # no alert when all is well
+
+        set_mode(state, "books", "selector_rot")      # price cells stop matching in 9 rows of 10
+        set_mode(state, "jobs", "volume_collapse")    # 5% of the usual rows
+        set_mode(state, "stocks", "empty")            # nothing at all
+        res = run_fleet(env, "demo", "--week", "2026-11-16", "--force", *SOURCES)
+        assert res.returncode == 1, res.stdout[-3000:]
+        got = hook.keys()
+        assert ("books", "2026-11-16", "coverage", "WARN") in got
+        assert ("jobs", "2026-11-16", "volume", "ERROR") in got
+        assert ("stocks", "2026-11-16", "non_empty", "ERROR") in got
+        assert len(got) == len(set(got))  # one POST per problem
+        rot = next(p for p in hook.posts if p["check"] == "coverage")
+        assert "selector rot suspected: column `price` filled in" in rot["message"] and "usually 100%" in rot["message"]
+        assert rot["last_good_week"] is not None and rot["evidence"] is not None
+        vol = next(p for p in hook.posts if p["check"] == "volume")
+        assert vol["message"] == "volume collapse: 2 rows, usual 35"  # 5% of 35, rounded up
+        assert "ERROR stocks" in res.stdout.replace("  ", " ") or "stocks" in res.stdout
+
+        n = len(hook.posts)
+        assert run_fleet(env, "demo", "--week", "2026-11-16", "--force", *SOURCES).returncode == 1
+        assert len(hook.posts) == n  # a rerun of the same week repeats nothing
+
+        set_mode(state, "books", "normal")
+        set_mode(state, "jobs", "normal")
+        run_fleet(env, "demo", "--week", "2026-11-23", *SOURCES)
+        week5 = hook.keys(n)
+        assert ("stocks", "2026-11-23", "stale", "ERROR") in week5
+        assert ("stocks", "2026-11-23", "non_empty", "ERROR") in week5
+        assert not any(k[0] in ("books", "jobs") for k in week5)
+        log = (fleet_env.home / "alerts" / "alerts.jsonl").read_text().splitlines()
+        assert len(log) == len(hook.posts)
+    finally:
+        hook.server.shutdown()
