@@ -1,0 +1,73 @@
+"""python -m bench [--quick] [--out results.json] [--only NAME,...] [--repeats N]"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import sys
+import time
+import traceback
+
+ORDER = ["consolidate", "commit", "many_sources", "fleet_overhead"]
+MODULES = {"consolidate": "bench.consolidate", "commit": "bench.commit", "many_sources": "bench.many_sources",
+           "fleet_overhead": "bench.fleet_overhead"}
+DEFAULT_REPEATS = {"consolidate": (5, 5), "commit": (3, 3), "many_sources": (3, 5), "fleet_overhead": (2, 3)}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m bench")
+    ap.add_argument("--quick", action="store_true", help="smaller sizes; finishes in under 10 minutes on 2 cores")
+    ap.add_argument("--out", default="results.json")
+    ap.add_argument("--only", default="", help="comma-separated benchmark names: " + ",".join(ORDER))
+    ap.add_argument("--repeats", type=int, default=None, help="pairs of (fleet, baseline) runs per benchmark")
+    args = ap.parse_args(argv)
+    names = [n.strip() for n in args.only.split(",") if n.strip()] or ORDER
+    unknown = [n for n in names if n not in MODULES]
+    if unknown:
+        ap.error(f"unknown benchmark(s): {', '.join(unknown)}; known: {', '.join(ORDER)}")
+    results = {}
+    for name in names:
+        repeats = args.repeats or DEFAULT_REPEATS[name][0 if args.quick else 1]
+        t = time.perf_counter()
+        print(f"[bench] {name} ({'quick' if args.quick else 'full'}, {repeats} repeats) ...", file=sys.stderr, flush=True)
+        try:
+            res = importlib.import_module(MODULES[name]).run(args.quick, repeats)
+        except Exception as exc:  # one broken benchmark does not hide the others
+            traceback.print_exc()
+            res = {"ratio": None, "goal": None, "ok": False, "error": f"{type(exc).__name__}: {exc}"[:2000]}
+        res["bench_seconds"] = round(time.perf_counter() - t, 1)
+        results[name] = res
+        print(f"[bench] {name} done in {res['bench_seconds']}s", file=sys.stderr, flush=True)
+        with open(args.out, "w") as fh:
+            json.dump(results, fh, indent=1)
+    print(table(results))
+    return 0
+
+
+def _extra(name: str, r: dict) -> str:
+    if "error" in r:
+        return "ERROR " + r["error"].splitlines()[0][:100]
+    keys = {
+        "consolidate": ["rss_ratio", "fleet_wall_s", "baseline_wall_s", "fleet_peak_rss_mb", "baseline_peak_rss_mb"],
+        "commit": ["fleet_wall_s", "baseline_wall_s", "fleet_peak_rss_mb", "baseline_peak_rss_mb"],
+        "many_sources": ["seconds", "asset_keys"],
+        "fleet_overhead": ["fleet_wall_s", "baseline_wall_s", "cpu_per_source_s", "cpu_goal"],
+    }.get(name, [])
+    return ", ".join(f"{k}={r[k]}" for k in keys if k in r)
+
+
+def table(results: dict) -> str:
+    rows = [("benchmark", "ratio", "goal", "ok", "details")]
+    for name, r in results.items():
+        rows.append((name, str(r.get("ratio")), str(r.get("goal")), "yes" if r.get("ok") else "NO", _extra(name, r)))
+    widths = [max(len(row[i]) for row in rows) for i in range(4)]
+    lines = []
+    for i, row in enumerate(rows):
+        lines.append("| " + " | ".join(c.ljust(w) for c, w in zip(row[:4], widths)) + " | " + row[4] + " |")
+        if i == 0:
+            lines.append("|" + "|".join("-" * (w + 2) for w in widths) + "|---|")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

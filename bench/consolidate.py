@@ -1,0 +1,68 @@
+"""consolidate: fleet.storage.consolidate.consolidate vs bare polars scan/concat/sink, each in a fresh process."""
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+from pathlib import Path
+
+from bench.util import PY, ROOT, median, rnd, run_measured
+
+WEEK = "2026-11-16"
+
+
+def _write_inputs(root: Path, n: int, m: int) -> int:
+    import polars as pl
+
+    from fleet.storage import store as keys
+    from fleet.storage.store import LocalArtifactStore
+    store = LocalArtifactStore(root)
+    total = 0
+    for i in range(n):
+        name = f"s{i:04d}"
+        h = pl.col("j").hash(seed=i)
+        frame = pl.select(j=pl.int_range(0, m, dtype=pl.Int64)).select(
+            sku=pl.format("{}-{}", pl.lit(name), pl.col("j")),
+            title=pl.format("category-{} item", (h % 50)),
+            price=(h % 100_000).cast(pl.Float64) / 1000,
+            qty=(h % 1000).cast(pl.Int64),
+        )
+        store.write_parquet(WEEK, keys.raw_key(name), frame)
+        store.write_json(WEEK, keys.outcome_key(name), {"source": name, "status": "ok", "category": None,
+                                                         "rows": m, "week": WEEK})
+        total += m
+    return total
+
+
+def run(quick: bool, repeats: int) -> dict:
+    n, m = (40, 25_000) if quick else (40, 250_000)
+    tmp = Path(tempfile.mkdtemp(prefix="bench-consolidate-"))
+    try:
+        rows = _write_inputs(tmp / "store", n, m)
+        fleet_runs, base_runs = [], []
+        for _ in range(repeats):
+            out = tmp / "store" / WEEK / "consolidated_raw_rows.parquet"
+            out.unlink(missing_ok=True)
+            r = run_measured([PY, "-m", "bench.child", "consolidate-fleet", str(tmp / "store"), WEEK, str(n)], cwd=ROOT)
+            r["op_s"] = json.loads(r["output"].strip().splitlines()[-1])["op_s"]
+            fleet_runs.append(r)
+            base_out = tmp / "baseline.parquet"
+            base_out.unlink(missing_ok=True)
+            b = run_measured([PY, "-m", "bench.child", "consolidate-polars", str(tmp / "store"), WEEK, str(n),
+                              str(base_out)], cwd=ROOT)
+            b["op_s"] = json.loads(b["output"].strip().splitlines()[-1])["op_s"]
+            base_runs.append(b)
+        fw, bw = median([r["wall"] for r in fleet_runs]), median([r["wall"] for r in base_runs])
+        fr, br = median([r["maxrss_mb"] for r in fleet_runs]), median([r["maxrss_mb"] for r in base_runs])
+        wall_ratio, rss_ratio = fw / bw, fr / br
+        return {
+            "ratio": rnd(wall_ratio), "goal": 1.2, "ok": wall_ratio <= 1.2 and rss_ratio <= 1.5,
+            "rss_ratio": rnd(rss_ratio), "rss_goal": 1.5,
+            "sources": n, "rows_per_source": m, "rows": rows, "repeats": repeats,
+            "fleet_wall_s": rnd(fw), "baseline_wall_s": rnd(bw),
+            "fleet_op_s": rnd(median([r["op_s"] for r in fleet_runs])),
+            "baseline_op_s": rnd(median([r["op_s"] for r in base_runs])),
+            "fleet_peak_rss_mb": rnd(fr, 1), "baseline_peak_rss_mb": rnd(br, 1),
+        }
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
