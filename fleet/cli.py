@@ -326,10 +326,21 @@ def status(week):
     from fleet.defs.instance import get_instance
     from fleet.policy.status import week_status
 
+    from fleet.defs.assets import checks_key
+    from fleet.storage import store as keys
+
     w = resolve_week(week)
     names = sorted(k.path[-1] for k in d.defs.resolve_all_asset_keys() if k.path[0] == "raw")
+    store = artifact_store()
     click.echo(f"week {w}")
-    print_status(week_status(get_instance(settings()), artifact_store(), w, names))
+    print_status(week_status(get_instance(settings()), store, w, names))
+    failed_checks = [(n, c) for n in names for c in (store.read_json(w, checks_key(n)) or []) if not c["passed"]]
+    click.echo(f"checks: {len(failed_checks)} failed" + (":" if failed_checks else ""))
+    for name, c in failed_checks:
+        click.echo(f"  {c['severity']:<5} {name:<20} {c['name']:<10} {c['message'].splitlines()[0][:140]}")
+    for stage in ("raw", "processed"):
+        rec = store.read_json(w, keys.commit_key(stage))
+        click.echo(f"commit {stage:<9} " + (f"{rec['status']:<10} {rec['sha']}" if rec else "none"))
 
 
 @main.command()

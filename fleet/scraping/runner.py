@@ -43,6 +43,7 @@ class Outcome:
     run_id: str | None = None
     attempt: str | None = None
     reused: bool = False
+    deep: bool = False
 
     @property
     def succeeded(self) -> bool:
@@ -102,7 +103,9 @@ def run_source(source: Source, week: str, *, store: ArtifactStore, run_id: str, 
     """Scrape ``source`` for ``week`` (reusing a stored complete artifact unless ``refresh``), store and return its outcome."""
     log_line = (log.info if log else (lambda *a: None))
     previous = store.read_json(week, keys.outcome_key(source.name))
-    if not refresh and previous and previous.get("status") in ("ok", "empty") and store.exists(week, keys.raw_key(source.name)):
+    reusable = (previous and previous.get("status") in ("ok", "empty") and store.exists(week, keys.raw_key(source.name))
+                and (previous.get("deep", False) or not deep))  # a shallow artifact does not answer a deep request
+    if not refresh and reusable:
         out = Outcome(**{**previous, "reused": True, "run_id": run_id})
         log_line(f"[run {run_id}] [{source.name}] week {week} already scraped ({out.rows} rows); reusing the stored artifact")
         return out
@@ -186,7 +189,7 @@ def run_source(source: Source, week: str, *, store: ArtifactStore, run_id: str, 
 
     out = Outcome(source=source.name, week=week, status=result["status"], category=result.get("category"),
                   pages=result.get("pages", 0), error=result.get("error"), url=result.get("url") or last_url,
-                  evidence=result.get("evidence") or {}, seconds=seconds, run_id=run_id, attempt=attempt)
+                  evidence=result.get("evidence") or {}, seconds=seconds, run_id=run_id, attempt=attempt, deep=deep)
     if out.status == "timeout":
         evidence_dir = store.path(week, keys.evidence_key(source.name))
         evidence_dir.mkdir(parents=True, exist_ok=True)
