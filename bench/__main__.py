@@ -50,7 +50,7 @@ def _extra(name: str, r: dict) -> str:
     keys = {
         "consolidate": ["rss_ratio", "fleet_wall_s", "baseline_wall_s", "fleet_peak_rss_mb", "baseline_peak_rss_mb"],
         "commit": ["fleet_wall_s", "baseline_wall_s", "fleet_peak_rss_mb", "baseline_peak_rss_mb"],
-        "many_sources": ["seconds", "asset_keys"],
+        "many_sources": ["seconds", "zero_sources_s", "asset_keys"],
         "fleet_overhead": ["fleet_wall_s", "baseline_wall_s", "cpu_per_source_s", "cpu_goal"],
     }.get(name, [])
     return ", ".join(f"{k}={r[k]}" for k in keys if k in r)

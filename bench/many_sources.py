@@ -1,0 +1,58 @@
+"""many_sources: 1,000 trivial scraper modules; time `from fleet.defs.definitions import defs` in a fresh process."""
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+from pathlib import Path
+
+from bench.util import PY, ROOT, median, rnd, run_measured
+
+TEMPLATE = '''import polars as pl
+
+from fleet import Scraper
+
+
+class Source{i:04d}(Scraper):
+    """Trivial generated source {i}."""
+
+    name = "gen_{i:04d}"
+    schema = {{"id": pl.Int64, "value": pl.String}}
+    key = ("id",)
+    timeout_s = 60
+
+    async def scrape(self, page, ctx):
+        yield {{"id": 1, "value": "x"}}
+'''
+
+GOAL_S = 3.0
+
+
+def write_sources(where: Path, n: int) -> None:
+    where.mkdir(parents=True, exist_ok=True)
+    for i in range(n):
+        (where / f"gen_{i:04d}.py").write_text(TEMPLATE.format(i=i))
+
+
+def run(quick: bool, repeats: int) -> dict:
+    n = 1000
+    tmp = Path(tempfile.mkdtemp(prefix="bench-many-"))
+    try:
+        write_sources(tmp / "scrapers", n)
+        env = {"FLEET_SCRAPERS_DIR": str(tmp / "scrapers"), "FLEET_HOME": str(tmp / "home")}
+        (tmp / "empty").mkdir()
+        empty_env = {"FLEET_SCRAPERS_DIR": str(tmp / "empty"), "FLEET_HOME": str(tmp / "home0")}
+        runs, empty = [], []
+        for _ in range(repeats):
+            empty.append(run_measured([PY, "-m", "bench.child", "defs-import"], cwd=ROOT, env=empty_env)["wall"])
+            r = run_measured([PY, "-m", "bench.child", "defs-import"], cwd=ROOT, env=env)
+            r.update(json.loads(r["output"].strip().splitlines()[-1]))
+            runs.append(r)
+        secs = median([r["wall"] for r in runs])
+        return {"ratio": rnd(secs / GOAL_S), "goal": 1.0, "ok": secs <= GOAL_S, "seconds": rnd(secs),
+                "goal_s": GOAL_S, "zero_sources_s": rnd(median(empty)), "sources": n, "repeats": repeats,
+                "import_s_in_process": rnd(median([r["op_s"] for r in runs])),
+                "asset_keys": runs[-1].get("asset_keys"),
+                "peak_rss_mb": rnd(median([r["maxrss_mb"] for r in runs]), 1)}
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
