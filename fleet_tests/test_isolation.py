@@ -57,3 +57,43 @@ def test_faulty_sources_cost_only_themselves(fleet_env):
         ok_key = AssetCheckKey(AssetKey(["raw", "books"]), "non_empty")
         ok = instance.event_log_storage.get_latest_asset_check_execution_by_key([ok_key])[ok_key]
         assert ok.event.dagster_event.event_specific_data.passed is True
+
+
+SLOW = '''
+import asyncio, os, time
+import polars as pl
+from fleet import Scraper
+
+
+class Slow(Scraper):
+    name = "{name}"
+    schema = {{"id": pl.Int64}}
+    key = ("id",)
+
+    async def scrape(self, page, ctx):
+        t0 = time.time()
+        await asyncio.sleep(2)
+        with open(os.environ["SPANS"], "a") as fh:
+            fh.write(f"{{t0}} {{time.time()}}\\n")
+        yield {{"id": 1}}
+'''
+
+
+def test_scraper_cap_holds_across_concurrent_runs(fleet_env):
+    import subprocess
+    import sys
+
+    d = fleet_env.tmp / "slow"
+    d.mkdir()
+    for n in ("slow_a", "slow_b"):
+        (d / f"{n}.py").write_text(SLOW.format(name=n))
+    spans = fleet_env.tmp / "spans"
+    env = {**fleet_env.env, "FLEET_SCRAPERS_DIR": str(d), "FLEET_MAX_PARALLEL": "1", "SPANS": str(spans)}
+    procs = [subprocess.Popen([sys.executable, "-m", "fleet.cli", "run", "--week", w, "--force"], env=env,
+                              cwd=fleet_env.home, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+             for w in ("2026-11-09", "2026-11-16")]
+    assert [p.wait(timeout=400) for p in procs] == [0, 0]
+    intervals = sorted(tuple(map(float, line.split())) for line in spans.read_text().splitlines())
+    assert len(intervals) == 4
+    for (s1, e1), (s2, e2) in zip(intervals, intervals[1:]):
+        assert s2 >= e1, f"two scrapes overlapped although the pool allows one: {intervals}"
