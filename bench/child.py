@@ -44,5 +44,86 @@ def defs_import() -> None:
     print(json.dumps({"op_s": time.perf_counter() - t, "asset_keys": n}))
 
 
+def _load_scrapers(directory: str) -> list:
+    import importlib.util
+    from pathlib import Path
+
+    from fleet import Scraper
+    classes = []
+    for path in sorted(Path(directory).glob("*.py")):
+        spec = importlib.util.spec_from_file_location(f"bench_src_{path.stem}", path)
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+        classes += [c for c in vars(mod).values()
+                    if isinstance(c, type) and issubclass(c, Scraper) and c is not Scraper]
+    return classes
+
+
+def overhead_baseline(directory: str, week: str, cap: str) -> None:
+    """One process, one asyncio loop, one Chromium, at most ``cap`` pages at once."""
+    import asyncio
+    import datetime as dt
+
+    from playwright.async_api import async_playwright
+
+    from fleet import ScrapeContext
+    from fleet.config import chromium_path
+    classes = _load_scrapers(directory)
+    monday = dt.date.fromisoformat(week)
+
+    async def main():
+        sem = asyncio.Semaphore(int(cap))
+        async with async_playwright() as pw:
+            browser = await pw.chromium.launch(executable_path=chromium_path(), headless=True)
+
+            async def one(cls):
+                async with sem:
+                    context = await browser.new_context()
+                    page = await context.new_page()
+                    ctx = ScrapeContext(source=cls.name, week=monday, run_id="bench")
+                    rows = [row async for row in cls().scrape(page, ctx)]
+                    await context.close()
+                    return len(rows)
+            counts = await asyncio.gather(*(one(c) for c in classes))
+            await browser.close()
+        return sum(counts)
+
+    t = time.perf_counter()
+    rows = asyncio.run(main())
+    print(json.dumps({"op_s": time.perf_counter() - t, "rows": rows}))
+
+
+def browser_launch() -> None:
+    import asyncio
+
+    from playwright.async_api import async_playwright
+
+    from fleet.config import chromium_path
+
+    async def main():
+        async with async_playwright() as pw:
+            t = time.perf_counter()
+            browser = await pw.chromium.launch(executable_path=chromium_path(), headless=True)
+            page = await (await browser.new_context()).new_page()
+            launch = time.perf_counter() - t
+            await page.close()
+            await browser.close()
+            return launch
+    print(json.dumps({"launch_s": asyncio.run(main())}))
+
+
+def run_source_zero(module_path: str, week: str, root: str) -> None:
+    """fleet.scraping.runner.run_source (worker process + Chromium) for a source that visits no page."""
+    from pathlib import Path
+
+    from fleet.scraping.discovery import discover
+    from fleet.scraping.runner import run_source
+    from fleet.storage.store import LocalArtifactStore
+    srcs = discover([Path(module_path).parent])
+    t = time.perf_counter()
+    out = run_source(srcs[0], week, store=LocalArtifactStore(root), run_id="bench", refresh=True)
+    print(json.dumps({"op_s": time.perf_counter() - t, "status": out.status}))
+
+
 if __name__ == "__main__":
     globals()[sys.argv[1].replace("-", "_")](*sys.argv[2:])

@@ -1,0 +1,125 @@
+"""fleet_overhead: latency-bound sources through `fleet run` (worker process + Chromium per source, Dagster
+steps, consolidation, commits) vs one asyncio loop, one Chromium, cap-many concurrent pages, same scrapers.
+
+Also measures where fleet's per-source cost goes: starting a worker interpreter, launching Chromium, and
+run_source (worker + browser + scrape, no Dagster) for a source that visits no page."""
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+from bench.util import PY, ROOT, median, rnd, run_measured
+
+WEEK = "2026-11-16"
+TEMPLATE = '''import os
+
+import polars as pl
+
+from fleet import Scraper
+
+
+class Lat{i:03d}(Scraper):
+    """Latency-bound bench source {i}: visits {pages} demo pages."""
+
+    name = "lat_{i:03d}"
+    schema = {{"page": pl.Int64, "title": pl.String}}
+    key = ("page",)
+    timeout_s = 300
+
+    async def scrape(self, page, ctx):
+        base = os.environ["FLEET_DEMO_URL"].rstrip("/")
+        for j in range({pages}):
+            await ctx.goto(page, f"{{base}}/?week={{ctx.week.isoformat()}}&src={i}&p={{j}}")
+            yield {{"page": j, "title": await page.title()}}
+'''
+
+
+def write_sources(where: Path, n: int, pages: int) -> None:
+    where.mkdir(parents=True, exist_ok=True)
+    for i in range(n):
+        (where / f"lat_{i:03d}.py").write_text(TEMPLATE.format(i=i, pages=pages))
+
+
+def _child_json(r: dict) -> dict:
+    return json.loads(r["output"].strip().splitlines()[-1])
+
+
+def run(quick: bool, repeats: int) -> dict:
+    from fleet.demo.sites import DemoSites
+    n, cap, pages, latency_ms = (12, 4, 10, 300) if quick else (40, 10, 10, 300)
+    tmp = Path(tempfile.mkdtemp(prefix="bench-overhead-"))
+    fleet_bin = str(Path(PY).parent / "fleet")
+    sites = DemoSites(latency_ms=latency_ms).start()
+    try:
+        scrapers = tmp / "scrapers"
+        write_sources(scrapers, n, pages)
+        base_env = {"FLEET_SCRAPERS_DIR": str(scrapers), "FLEET_DEMO_URL": sites.url, "FLEET_MAX_PARALLEL": str(cap)}
+        fleet_runs, base_runs = [], []
+        for i in range(repeats):
+            home = tmp / f"home{i}"
+            remote = tmp / f"remote{i}.git"
+            subprocess.run(["git", "init", "-q", "--bare", "--initial-branch=main", str(remote)], check=True)
+            env = {**base_env, "FLEET_HOME": str(home), "FLEET_DATA_REMOTE": str(remote)}
+            r = run_measured([fleet_bin, "run", "--week", WEEK, "--force"], env=env, cwd=tmp, check=False)
+            outcomes = [json.loads(p.read_text()) for p in (home / "artifacts" / WEEK / "raw").glob("*.outcome.json")]
+            r["ok_sources"] = sum(o.get("status") == "ok" for o in outcomes)
+            r["source_seconds"] = [o.get("seconds", 0) for o in outcomes]
+            if r["rc"] != 0 or r["ok_sources"] != n:
+                raise RuntimeError(f"fleet run exited {r['rc']} with {r['ok_sources']}/{n} ok sources:\n{r['output'][-3000:]}")
+            fleet_runs.append(r)
+            b = run_measured([PY, "-m", "bench.child", "overhead-baseline", str(scrapers), WEEK, str(cap)],
+                             env=base_env, cwd=ROOT)
+            b.update(_child_json(b))
+            if b["rows"] != n * pages:
+                raise RuntimeError(f"baseline scraped {b['rows']} rows, expected {n * pages}")
+            base_runs.append(b)
+
+        # Where the per-source cost goes (each in a fresh process, medians of 3).
+        parts = {"worker_start": [], "browser_launch": [], "run_source": []}
+        zero = tmp / "zero"
+        write_sources(zero, 1, 0)
+        for k in range(3):
+            w = run_measured([PY, "-c", "import fleet.scraping.worker"], cwd=ROOT)
+            parts["worker_start"].append(w)
+            bl = run_measured([PY, "-m", "bench.child", "browser-launch"], cwd=ROOT)
+            bl.update(_child_json(bl))
+            parts["browser_launch"].append(bl)
+            rs = run_measured([PY, "-m", "bench.child", "run-source-zero", str(zero / "lat_000.py"), WEEK, str(tmp / f"rs{k}")],
+                              cwd=ROOT, env=base_env)
+            rs.update(_child_json(rs))
+            parts["run_source"].append(rs)
+
+        fw, bw = median([r["wall"] for r in fleet_runs]), median([r["wall"] for r in base_runs])
+        fc, bc = median([r["cpu"] for r in fleet_runs]), median([r["cpu"] for r in base_runs])
+        ratio = fw / bw
+        cpu_per_source = (fc - bc) / n
+        rs_cpu = median([p["cpu"] for p in parts["run_source"]])
+        return {
+            "ratio": rnd(ratio), "goal": 1.15, "ok": ratio <= 1.15 and cpu_per_source <= 0.3,
+            "cpu_per_source_s": rnd(cpu_per_source), "cpu_goal": 0.3,
+            "sources": n, "cap": cap, "pages_per_source": pages, "latency_ms": latency_ms, "repeats": repeats,
+            "ideal_latency_bound_s": rnd(-(-n // cap) * pages * latency_ms / 1000),
+            "fleet_wall_s": rnd(fw), "baseline_wall_s": rnd(bw),
+            "fleet_cpu_s": rnd(fc), "baseline_cpu_s": rnd(bc),
+            "fleet_peak_rss_mb": rnd(median([r["maxrss_mb"] for r in fleet_runs]), 1),
+            "baseline_peak_rss_mb": rnd(median([r["maxrss_mb"] for r in base_runs]), 1),
+            "fleet_median_source_seconds": rnd(median([median(r["source_seconds"]) for r in fleet_runs])),
+            "breakdown": {
+                "worker_interpreter_start_wall_s": rnd(median([p["wall"] for p in parts["worker_start"]])),
+                "worker_interpreter_start_cpu_s": rnd(median([p["cpu"] for p in parts["worker_start"]])),
+                "chromium_launch_in_process_s": rnd(median([p["launch_s"] for p in parts["browser_launch"]])),
+                "chromium_launch_close_process_wall_s": rnd(median([p["wall"] for p in parts["browser_launch"]])),
+                "chromium_launch_close_process_cpu_s": rnd(median([p["cpu"] for p in parts["browser_launch"]])),
+                "run_source_zero_pages_s": rnd(median([p["op_s"] for p in parts["run_source"]])),
+                "run_source_zero_pages_cpu_s": rnd(rs_cpu),
+                # what is left per source after the worker+browser cost and the shared-browser scrape cost:
+                # Dagster step processes, run launch, consolidation and the two commits, spread over sources
+                "remainder_cpu_per_source_s": rnd(fc / n - bc / n - rs_cpu),
+            },
+        }
+    finally:
+        sites.stop()
+        shutil.rmtree(tmp, ignore_errors=True)
