@@ -38,7 +38,7 @@ def consolidate(store: ArtifactStore, week: str, sources: list[str]) -> dict:
     Returns a summary: included sources with row counts, missing sources with why, and total rows."""
     outcomes = week_outcomes(store, week, sources)
     included, missing, frames = {}, {}, []
-    for name, rec in outcomes.items():
+    for name, rec in sorted(outcomes.items()):  # sources in name order: the file is deterministic without a sort
         ok = rec.get("status") in ("ok", "empty", "partial") and store.exists(week, keys.raw_key(name))
         if not ok:
             missing[name] = {"status": rec.get("status"), "category": rec.get("category"), "error": rec.get("error")}
@@ -51,7 +51,7 @@ def consolidate(store: ArtifactStore, week: str, sources: list[str]) -> dict:
         return summary
     lf = pl.concat(frames, how="diagonal_relaxed")
     cols = ["source"] + [c for c in lf.collect_schema().names() if c != "source"]
-    _sink(lf.select(cols).sort(["source"], maintain_order=True), store.path(week, keys.CONSOLIDATED_KEY))
+    _sink(lf.select(cols), store.path(week, keys.CONSOLIDATED_KEY))
     store.write_json(week, keys.CONSOLIDATED_META_KEY, summary)
     return summary
 
