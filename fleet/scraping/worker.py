@@ -16,11 +16,11 @@ import time
 import traceback
 from pathlib import Path
 
-from fleet.errors import BadRowError, NavigationError
+from fleet.errors import NavigationError
 from fleet.scraping.contract import ScrapeContext
 from fleet.scraping.discovery import Source, load_module
 from fleet.scraping.retry import RetryPolicy
-from fleet.storage.frames import encode_row, validate_row
+from fleet.storage.frames import add_unique, encode_row, validate_row
 
 BROWSER_GONE_MARKERS = ("Target crashed", "Browser has been closed", "browser has disconnected",
                         "Target page, context or browser has been closed", "Browser closed")
@@ -104,13 +104,7 @@ async def run(spec: dict) -> dict:
             with open(spool_path, "a", encoding="utf-8") as spool:
                 async for row in cls().scrape(page, ctx):
                     clean = validate_row(source.name, schema, key, row, count)
-                    k = tuple(clean[c] for c in key)
-                    prev = seen_keys.get(k)
-                    if prev is not None and prev != clean:
-                        col = next(c for c in schema if prev.get(c) != clean.get(c))
-                        raise BadRowError(f"source {source.name}: duplicate key {dict(zip(key, k))} with different "
-                                          f"values in column {col!r}: {prev.get(col)!r} vs {clean.get(col)!r}")
-                    seen_keys[k] = clean
+                    add_unique(source.name, schema, key, seen_keys, clean)  # raises on a conflicting duplicate
                     spool.write(encode_row(clean) + "\n")
                     spool.flush()
                     count += 1

@@ -58,19 +58,27 @@ def validate_row(source: str, schema: Mapping[str, Any], key: tuple[str, ...], r
     return out
 
 
+def add_unique(source: str, schema: Mapping[str, Any], key: tuple[str, ...], by_key: dict, row: dict) -> bool:
+    """Record ``row`` in ``by_key``; False for an exact duplicate, ``BadRowError`` for the same key with other values."""
+    k = tuple(row[c] for c in key)
+    prev = by_key.get(k)
+    if prev is not None:
+        if prev != row:
+            diff = next(c for c in schema if prev.get(c) != row.get(c))
+            raise BadRowError(f"source {source}: duplicate key {dict(zip(key, k))} with different values in column "
+                              f"{diff!r}: {_show(prev.get(diff))} vs {_show(row.get(diff))}")
+        return False
+    by_key[k] = row
+    return True
+
+
 def build_frame(source: str, schema: Mapping[str, Any], key: tuple[str, ...], rows: Iterable[dict]) -> pl.DataFrame:
     """Validated rows -> a frame with the schema, unique by ``key``.
 
     Exact duplicates collapse to one row; the same key with different values is a ``BadRowError``."""
     by_key: dict[tuple, dict] = {}
-    for i, row in enumerate(rows):
-        k = tuple(row[c] for c in key)
-        prev = by_key.get(k)
-        if prev is not None and prev != row:
-            diff = next(c for c in schema if prev.get(c) != row.get(c))
-            raise BadRowError(f"source {source}: duplicate key {dict(zip(key, k))} with different values in column "
-                              f"{diff!r}: {_show(prev.get(diff))} vs {_show(row.get(diff))}")
-        by_key[k] = row
+    for row in rows:
+        add_unique(source, schema, key, by_key, row)
     frame = pl.DataFrame(list(by_key.values()), schema=dict(schema), orient="row") if by_key else pl.DataFrame(schema=dict(schema))
     return frame.sort(list(key))
 
