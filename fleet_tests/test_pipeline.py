@@ -103,3 +103,53 @@ def test_no_data_at_all_is_an_infrastructure_failure(fleet_env):
     assert f"infrastructure failure: no source returned data for week {WEEK}" in res.stdout + res.stderr
     assert log(fleet_env.remote) == before
     assert "oops" in res.stdout and "No module named 'this_module_does_not_exist'" in res.stdout
+
+
+REJECT_HOOK = """#!/bin/bash
+# Like a protected path on a hosted remote: refuse any push that touches {pattern}.
+while read old new ref; do
+  if git diff --name-only "$old" "$new" | grep -q '{pattern}'; then
+    echo "remote: error: GH006: Protected path {pattern} cannot be changed" >&2
+    exit 1
+  fi
+done
+exit 0
+"""
+
+
+def _replace_hook(remote, pattern):
+    hook = remote / "hooks" / "pre-receive"
+    original = hook.read_text()
+    hook.write_text(REJECT_HOOK.format(pattern=pattern))
+    return lambda: hook.write_text(original)
+
+
+def test_a_rejected_raw_commit_exits_2_and_fleet_commit_lands_it_later(fleet_env):
+    d = fleet_env.tmp / "their_scrapers"
+    d.mkdir()
+    (d / "planets.py").write_text(USER_SCRAPER)
+    env = {**fleet_env.env, "FLEET_SCRAPERS_DIR": str(d)}
+    restore = _replace_hook(fleet_env.remote, "raw.parquet")
+    before = log(fleet_env.remote)
+    res = run_fleet(env, "run", "--week", WEEK, "--force")
+    assert res.returncode == 2, res.stdout[-3000:]
+    assert "GH006" in res.stdout + res.stderr
+    assert log(fleet_env.remote) == before
+    restore()
+    later = run_fleet(env, "commit", "--week", WEEK)  # from the stored artifacts, nothing scraped again
+    assert later.returncode == 0, later.stderr[-2000:]
+    assert "commit raw       committed" in later.stdout
+    assert sorted(committed_frame(fleet_env.remote, f"data/{WEEK}/raw.parquet")["planet"]) == ["Earth", "Mars"]
+
+
+def test_a_failed_processed_commit_never_loses_the_raw_commit(fleet_env):
+    d = fleet_env.tmp / "their_scrapers"
+    d.mkdir()
+    (d / "planets.py").write_text(USER_SCRAPER)
+    env = {**fleet_env.env, "FLEET_SCRAPERS_DIR": str(d)}
+    _replace_hook(fleet_env.remote, "processed.parquet")
+    res = run_fleet(env, "run", "--week", WEEK, "--force")
+    assert res.returncode == 1, res.stdout[-3000:]
+    assert "the raw rows were committed, but post-processing or its commit failed" in res.stderr
+    assert log(fleet_env.remote)[0]["subject"] == f"fleet: raw rows for week {WEEK}"
+    assert committed_frame(fleet_env.remote, f"data/{WEEK}/raw.parquet").height == 2
