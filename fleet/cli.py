@@ -10,7 +10,7 @@ from pathlib import Path
 
 import click
 
-from fleet.config import PROJECT_ROOT, scraper_dirs, settings
+from fleet.config import PROJECT_ROOT, settings
 from fleet.errors import FleetError
 from fleet.weeks import last_complete_week, parse_week, week_key
 

@@ -1,5 +1,4 @@
 """The week end to end through real parts: demo sites, Chromium, a multiprocess Dagster run, git + git-lfs."""
-import textwrap
 
 from fleet_tests.conftest import WEEK, committed_frame, run_fleet
 from fleet_tests.gitremote import log, ls_tree

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import fcntl
 import hashlib
-import logging
 import os
 import random
 import re
