@@ -1,7 +1,6 @@
 """Schedule and run-status sensors: the weekly tick, crash re-execution, and consolidation after the scrape stage."""
 from __future__ import annotations
 
-
 from dagster import (
     AssetKey, DagsterRunStatus, DefaultScheduleStatus, DefaultSensorStatus, RunRequest, RunStatusSensorContext,
     ScheduleEvaluationContext, SkipReason, run_status_sensor, schedule,
@@ -14,8 +13,8 @@ from fleet.weeks import last_complete_week
 
 def follow_up_request(instance, run, max_reruns: int):
     """The RunRequest that should follow ``run`` under fleet's policy, or None. Shared by the sensors and the CLI."""
-    action = tx.next_action(instance, run, max_reruns)
     outcomes = tx.run_outcomes(instance, run)
+    action = tx.next_action(instance, run, max_reruns, outcomes=outcomes)
     tag = tx.failure_tag(outcomes.values())
     if tag and run.tags.get(tx.TAG_FAILURE) != tag:
         instance.add_run_tags(run.run_id, {tx.TAG_FAILURE: tag})

@@ -132,17 +132,18 @@ def published_in(instance: DagsterInstance, run) -> bool:
     return any(r.dagster_event.step_key == PUBLISH_STEP for r in records)
 
 
-def next_action(instance: DagsterInstance, run, max_reruns: int) -> Action:
+def next_action(instance: DagsterInstance, run, max_reruns: int, outcomes: dict | None = None) -> Action:
     """What should follow a finished run: re-execute its crashed sources (bounded), publish the week, or nothing."""
     week = run.tags.get(PARTITION_TAG)
-    outcomes = run_outcomes(instance, run)
+    outcomes = run_outcomes(instance, run) if outcomes is None else outcomes
     if not week or not outcomes:
         return Action("none", week, reason="not a scrape run")
     crashed = sorted(s for s, o in outcomes.items() if o.category == "infra")
-    eligible = [s for s in crashed if reruns_done(instance, week, s) < max_reruns]
+    done = {s: reruns_done(instance, week, s) for s in crashed}
+    eligible = [s for s in crashed if done[s] < max_reruns]
     exhausted = [s for s in crashed if s not in eligible]
     if eligible:
-        attempt = 1 + max(reruns_done(instance, week, s) for s in eligible) + 1
+        attempt = max(done[s] for s in eligible) + 2  # the first run is attempt 1
         return Action("rerun", week, eligible, attempt=attempt, exhausted=exhausted,
                       reason=f"re-executing crashed sources {', '.join(eligible)} (attempt {attempt})")
     if published_in(instance, run):
