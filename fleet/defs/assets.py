@@ -8,6 +8,7 @@ from dagster import (
 )
 
 import dataclasses
+import functools
 
 import polars as pl
 
@@ -92,6 +93,12 @@ def alert_week(context, store, week: str, sources: list[str]) -> list:
     return sent
 
 
+@functools.lru_cache(maxsize=1)
+def raw_config_schema():
+    # Inferred once and shared: inferring a pythonic Config per asset dominates loading 1,000 sources.
+    return RawConfig.to_fields_dict()
+
+
 def _md_path(p):
     return MetadataValue.path(p) if p else MetadataValue.text("-")
 
@@ -104,8 +111,10 @@ def raw_asset(source: Source, partitions_def):
         description=source.description, kinds={"playwright", "parquet"},
         check_specs=[AssetCheckSpec(name, asset=key, blocking=False, description=text) for name, text in SOURCE_CHECKS.items()],
         tags={"fleet/source": source.name},
+        config_schema=raw_config_schema(),
     )
-    def _raw(context: AssetExecutionContext, config: RawConfig):
+    def _raw(context: AssetExecutionContext):
+        config = RawConfig(**context.op_config)
         week = context.partition_key
         store = artifact_store()
         out = run_source(source, week, store=store, run_id=context.run_id, deep=config.deep,
