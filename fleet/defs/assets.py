@@ -1,16 +1,14 @@
 """The asset graph: raw/<source> per scraper -> consolidated_raw_rows -> raw_commit -> post_processed -> processed_commit."""
-
+# No `from __future__ import annotations` here: Dagster inspects the annotations of asset functions at runtime.
+import dataclasses
+import functools
 from typing import Optional
 
+import polars as pl
 from dagster import (
     AssetCheckResult, AssetCheckSeverity, AssetCheckSpec, AssetExecutionContext, AssetKey, Config, Failure,
     MaterializeResult, MetadataValue, WeeklyPartitionsDefinition, asset,
 )
-
-import dataclasses
-import functools
-
-import polars as pl
 
 from fleet import alerts as alerting
 from fleet import checks as qc
