@@ -40,6 +40,16 @@ def is_transient(exc: BaseException) -> bool:
     return isinstance(exc, socket.gaierror)
 
 
+def _retry_wait(policy: RetryPolicy, attempt: int, exc: BaseException, transient, log, what: str) -> float | None:
+    """The wait before the next attempt, or None when ``exc`` must be raised (not transient, or attempts used up)."""
+    if attempt >= policy.attempts or not transient(exc):
+        return None
+    wait = policy.wait(attempt)
+    if log is not None:
+        log.warning("%s failed transiently (%s); retry %d/%d in %.2fs", what, exc, attempt, policy.attempts - 1, wait)
+    return wait
+
+
 async def retry_async(fn: Callable[[], Awaitable[T]], *, policy: RetryPolicy | None = None, log=None,
                       what: str = "call", transient: Callable[[BaseException], bool] = is_transient) -> T:
     """Await ``fn()``; on a transient error retry up to ``policy.attempts`` in all. Anything else raises at once."""
@@ -48,11 +58,9 @@ async def retry_async(fn: Callable[[], Awaitable[T]], *, policy: RetryPolicy | N
         try:
             return await fn()
         except Exception as exc:
-            if attempt >= policy.attempts or not transient(exc):
+            wait = _retry_wait(policy, attempt, exc, transient, log, what)
+            if wait is None:
                 raise
-            wait = policy.wait(attempt)
-            if log is not None:
-                log.warning("%s failed transiently (%s); retry %d/%d in %.2fs", what, exc, attempt, policy.attempts - 1, wait)
             await asyncio.sleep(wait)
     raise AssertionError("unreachable")
 
@@ -65,10 +73,8 @@ def retry_sync(fn: Callable[[], T], *, policy: RetryPolicy | None = None, log=No
         try:
             return fn()
         except Exception as exc:
-            if attempt >= policy.attempts or not transient(exc):
+            wait = _retry_wait(policy, attempt, exc, transient, log, what)
+            if wait is None:
                 raise
-            wait = policy.wait(attempt)
-            if log is not None:
-                log.warning("%s failed transiently (%s); retry %d/%d in %.2fs", what, exc, attempt, policy.attempts - 1, wait)
             time.sleep(wait)
     raise AssertionError("unreachable")
