@@ -117,14 +117,18 @@ def ensure_remote(repo: DataRepo) -> None:
 
 
 def commit_files(repo: DataRepo, files: dict[str, Path], *, subject: str, body: str = "",
-                 idempotency_key: str, log=None) -> CommitResult:
+                 idempotency_key: str, key_with_content: bool = False, log=None) -> CommitResult:
     """Commit ``files`` (path under the prefix -> persisted artifact) to ``repo.branch`` of the remote.
+
+    With ``key_with_content`` the trailer's key is ``idempotency_key`` followed by ``:<sha256>`` of each file
+    (in path order), taken from the snapshot, so the caller need not read the files a second time.
 
     Only paths under ``repo.prefix`` change. Returns ``up_to_date`` without committing when the branch
     already holds exactly this content. Raises ``CommitError`` (credentials redacted) when the commit
     cannot be landed within ``repo.attempts``.
     """
-    return _Publisher(repo, log).publish(files, subject=subject, body=body, key=idempotency_key)
+    return _Publisher(repo, log).publish(files, subject=subject, body=body, key=idempotency_key,
+                                         key_with_content=key_with_content)
 
 
 def read_commit_log(repo: DataRepo, n: int = 10) -> list[dict[str, str]]:
@@ -228,10 +232,13 @@ class _Publisher:
             raise self._fail(f"cannot commit to {self.where}: {e}") from e
 
     # -- the loop ----------------------------------------------------------------------------------
-    def publish(self, files: dict[str, Path], *, subject: str, body: str, key: str) -> CommitResult:
-        message = self._message(subject, body, key)
+    def publish(self, files: dict[str, Path], *, subject: str, body: str, key: str,
+                key_with_content: bool = False) -> CommitResult:
         with self._os_errors():
             arts = self._snapshot(files)
+        if key_with_content:
+            key = ":".join([key.strip(), *(a.sha256 for a in arts)])
+        message = self._message(subject, body, key)
         paths = sorted(a.path for a in arts)
         last = "no attempt made"
         with self._locked(), self._os_errors():

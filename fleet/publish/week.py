@@ -1,9 +1,6 @@
 """A week's two commits (raw, then processed) from the stored artifacts, through the LFS-safe commit loop."""
 from __future__ import annotations
 
-import hashlib
-from pathlib import Path
-
 from fleet.config import Settings
 from fleet.errors import FleetError
 from fleet.publish.commit import CommitResult, DataRepo, commit_files, ensure_remote
@@ -11,14 +8,6 @@ from fleet.storage import store as keys
 from fleet.storage.store import ArtifactStore
 
 STAGE_FILES = {"raw": (keys.CONSOLIDATED_KEY, "raw.parquet"), "processed": (keys.PROCESSED_KEY, "processed.parquet")}
-
-
-def _digest(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def commit_stage(s: Settings, store: ArtifactStore, week: str, stage: str, *, run_id: str, log=None) -> CommitResult:
@@ -41,7 +30,7 @@ def commit_stage(s: Settings, store: ArtifactStore, week: str, stage: str, *, ru
     repo = DataRepo.from_settings(s)
     ensure_remote(repo)
     result = commit_files(repo, {f"{week}/{filename}": artifact}, subject=subject, body="\n".join(lines),
-                          idempotency_key=f"{week}:{stage}:{_digest(artifact)}", log=log)
+                          idempotency_key=f"{week}:{stage}", key_with_content=True, log=log)
     store.write_json(week, keys.commit_key(stage), {"status": result.status, "sha": result.sha,
                                                    "attempts": result.attempts, "run_id": run_id})
     return result
