@@ -23,8 +23,8 @@ class SourceStatus:
 
 
 def week_runs(instance: DagsterInstance, week: str) -> list:
-    runs = instance.get_runs(RunsFilter(tags={tx.PARTITION_TAG: week}))
-    return sorted(runs, key=lambda r: (instance.get_run_record_by_id(r.run_id).create_timestamp))
+    records = instance.get_run_records(RunsFilter(tags={tx.PARTITION_TAG: week}))
+    return [r.dagster_run for r in sorted(records, key=lambda r: r.create_timestamp)]
 
 
 def week_status(instance: DagsterInstance, store: ArtifactStore, week: str, sources: list[str]) -> list[SourceStatus]:
