@@ -22,8 +22,9 @@ def build_defs() -> Definitions:
     sensors, schedules = build_automation(scrape_job, publish_job)
     executor = multiprocess_executor.configured({
         "max_concurrent": s.max_parallel,
-        # forkserver: each step forks from a process that already imported fleet, instead of a fresh interpreter
-        "start_method": {"forkserver": {"preload_modules": ["fleet.defs.assets", "fleet.scraping.runner"]}},
+        # forkserver: each step forks from a process that has already imported and resolved fleet's definitions
+        # and done Dagster's one-off storage work (fleet/defs/warm.py), instead of starting cold
+        "start_method": {"forkserver": {"preload_modules": ["fleet.defs.warm"]}},
     })
     return Definitions(assets=[*raw, *publish], jobs=[scrape_job, publish_job], sensors=sensors,
                        schedules=schedules, executor=executor)
