@@ -12,6 +12,7 @@ import click
 
 from fleet.config import PROJECT_ROOT, settings
 from fleet.errors import FleetError
+from fleet.scraping import browser as shared_browser
 from fleet.weeks import last_complete_week, parse_week, week_key
 
 EXIT_OK, EXIT_PARTIAL, EXIT_NOTHING = 0, 1, 2
@@ -94,6 +95,7 @@ def run_week(week: str, sources: tuple[str, ...] = (), deep: tuple[str, ...] = (
             if action.kind == "publish":
                 publish_run = run
                 break
+        shared_browser.stop_if_idle(s.browser_dir)
         return report(instance, week, names, publish_run, echo, selected=list(sources or names))
 
 

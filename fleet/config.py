@@ -36,6 +36,7 @@ class Settings:
     crash_reruns: int
     start_week: str
     git_token: str | None
+    browser: str = "shared"     # shared: a context per source in one Chromium; own: a Chromium per source
 
     @property
     def store_root(self) -> Path:
@@ -49,6 +50,10 @@ class Settings:
     def clone_dir(self) -> Path:
         return self.home / "clone"
 
+    @property
+    def browser_dir(self) -> Path:
+        return self.home / "browser"
+
 
 def settings() -> Settings:
     home = Path(os.environ.get("FLEET_HOME") or (Path.cwd() / ".fleet")).resolve()
@@ -57,6 +62,9 @@ def settings() -> Settings:
         raise FleetError(f"FLEET_DATA_PREFIX must be a relative folder inside the repository, got {prefix!r}")
     if not prefix.endswith("/"):
         prefix += "/"
+    browser = os.environ.get("FLEET_BROWSER", "shared").strip() or "shared"
+    if browser not in ("shared", "own"):
+        raise FleetError(f"FLEET_BROWSER must be 'shared' or 'own', got {browser!r}")
     return Settings(
         home=home,
         data_remote=os.environ.get("FLEET_DATA_REMOTE") or str(home / "data-remote.git"),
@@ -66,6 +74,7 @@ def settings() -> Settings:
         crash_reruns=_int("FLEET_CRASH_RERUNS", 2),
         start_week=os.environ.get("FLEET_START_WEEK", "2026-01-05"),
         git_token=os.environ.get("FLEET_GIT_TOKEN") or None,
+        browser=browser,
     )
 
 

@@ -39,4 +39,7 @@ def fleet_env(tmp_path):
            if not k.startswith("FLEET_") and k not in ("DAGSTER_HOME",)}
     env.update(FLEET_HOME=str(home), FLEET_DATA_REMOTE=str(remote), FLEET_DEMO_LATENCY_MS="20",
                FLEET_START_WEEK="2026-01-05", PYTHONPATH=str(ROOT))
-    return SimpleNamespace(env=env, home=home, remote=remote, tree_before=ls_tree(remote), tmp=tmp_path)
+    yield SimpleNamespace(env=env, home=home, remote=remote, tree_before=ls_tree(remote), tmp=tmp_path)
+    # A test that ran sources outside `fleet run` (the UI, run_source) leaves the shared browser idling.
+    from fleet.scraping import browser
+    browser.stop(home / "browser")

@@ -26,6 +26,7 @@ class Scraper:
       schema     column name -> polars dtype
       key        natural key columns; rows are unique by it
       timeout_s  hard limit for one run of this source, in seconds
+      own_browser  launch a Chromium of its own instead of a context in the shared one (see fleet/scraping/browser.py)
     The class docstring becomes the asset's description in the UI.
     """
 
@@ -33,6 +34,7 @@ class Scraper:
     schema: ClassVar[Mapping[str, Any]]
     key: ClassVar[tuple[str, ...]] = ()
     timeout_s: ClassVar[float] = 600
+    own_browser: ClassVar[bool] = False
     # Volume check thresholds (#8), overridable per scraper.
     volume_warn_ratio: ClassVar[float] = 0.5
     volume_error_ratio: ClassVar[float] = 0.1
@@ -73,6 +75,8 @@ class Scraper:
         timeout = getattr(cls, "timeout_s", None)
         if not isinstance(timeout, (int, float)) or timeout <= 0:
             raise ScraperDefinitionError(f"scraper {name!r}: timeout_s must be a positive number, got {timeout!r}")
+        if not isinstance(getattr(cls, "own_browser", False), bool):
+            raise ScraperDefinitionError(f"scraper {name!r}: own_browser must be True or False, got {cls.own_browser!r}")
         import inspect
 
         if not inspect.isasyncgenfunction(cls.scrape) or cls.scrape is Scraper.scrape:

@@ -26,6 +26,7 @@ class Source:
     key: tuple[str, ...]
     timeout_s: float
     error: str | None = None  # set for a broken module or class: the source fails with it when run
+    own_browser: bool = False
 
     @property
     def broken(self) -> bool:
@@ -108,7 +109,8 @@ def discover(dirs: list[Path]) -> list[Source]:
                     add(_broken(path, f"scraper module {path.name}: {exc}"))
                     continue
                 add(Source(name=cls.name, module_path=path, class_name=cls.__name__, description=cls.description(),
-                           schema=dict(cls.schema), key=tuple(cls.key), timeout_s=float(cls.timeout_s)))
+                           schema=dict(cls.schema), key=tuple(cls.key), timeout_s=float(cls.timeout_s),
+                           own_browser=cls.own_browser))
     by_name: dict[str, list[Source]] = {}
     for src in candidates:
         by_name.setdefault(src.name, []).append(src)

@@ -1,7 +1,9 @@
 """The scrape worker: one process per source attempt, killed as a whole at its hard timeout.
 
-Run as ``python -m fleet.scraping.worker SPEC.json``. It owns the browser, streams validated rows to a
-spool file (so a timeout keeps what was collected), and on failure keeps a screenshot and the page HTML.
+The runner forks it from the step process (or runs ``python -m fleet.scraping.worker SPEC.json``). It opens
+a browser context of its own, in the shared Chromium (``spec["cdp_endpoint"]``) or in a Chromium it
+launches. It streams validated rows to a spool file, so a timeout keeps what was collected, and on failure
+it keeps a screenshot and the page HTML.
 """
 from __future__ import annotations
 
@@ -85,9 +87,13 @@ async def run(spec: dict) -> dict:
     # Soft deadline: leave a little time before the hard kill to save evidence of an async hang.
     grace = min(3.0, spec["timeout_s"] * 0.4)
     async with async_playwright() as pw:
-        browser = await pw.chromium.launch(executable_path=spec["chromium"], headless=True,
-                                           args=["--disable-background-networking", "--disable-component-update",
-                                                 "--disable-sync", "--no-first-run", "--disable-quic"])
+        if spec.get("cdp_endpoint"):
+            # The shared browser: this context dies with this process's connection (disposeOnDetach).
+            browser = await pw.chromium.connect_over_cdp(spec["cdp_endpoint"], timeout=60_000)
+        else:
+            browser = await pw.chromium.launch(executable_path=spec["chromium"], headless=True,
+                                               args=["--disable-background-networking", "--disable-component-update",
+                                                     "--disable-sync", "--no-first-run", "--disable-quic"])
         browser.on("disconnected", lambda _b: browser_gone.__setitem__("flag", True))
         context = await browser.new_context()
         page = await context.new_page()
@@ -135,20 +141,28 @@ async def run(spec: dict) -> dict:
         result.update(rows=count, pages=ctx.pages_visited, url=result.get("url") or ctx.last_url,
                       seconds=round(time.monotonic() - start, 3))
         try:
-            await asyncio.wait_for(browser.close(), 10)
+            await asyncio.wait_for(context.close(), 10)
+            await asyncio.wait_for(browser.close(), 10)  # a shared browser: this only disconnects
         except Exception:
             pass
     return result
 
 
-def main(argv: list[str]) -> int:
+def main(argv: list[str], forked: bool = False) -> int:
     _die_with_parent()
     spec = json.loads(Path(argv[1]).read_text())
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(message)s")
+    if forked:  # drop the step process's handlers (Dagster's among them): this process logs to its stderr only
+        for logger in list(logging.Logger.manager.loggerDict.values()):
+            if isinstance(logger, logging.Logger):
+                logger.handlers.clear()
+                logger.propagate = True
+                logger.disabled = False
+                logger.setLevel(logging.NOTSET)
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(message)s", force=True)
     try:
         result = asyncio.run(run(spec))
     except BaseException as exc:  # the module failed to load, or the browser could not start
-        infra = "Executable doesn't exist" in str(exc) or "launch" in str(exc).lower()
+        infra = any(m in str(exc) for m in ("Executable doesn't exist", "connect_over_cdp")) or "launch" in str(exc).lower()
         result = {"status": "failed", "category": "infra" if infra else "source",
                   "error": f"source {spec['source']}: {type(exc).__name__}: {exc}",
                   "error_type": type(exc).__name__, "traceback": traceback.format_exc(), "rows": 0, "pages": 0}
