@@ -8,10 +8,11 @@ import sys
 import time
 import traceback
 
-ORDER = ["consolidate", "commit", "many_sources", "fleet_overhead"]
-MODULES = {"consolidate": "bench.consolidate", "commit": "bench.commit", "many_sources": "bench.many_sources",
-           "fleet_overhead": "bench.fleet_overhead"}
-DEFAULT_REPEATS = {"consolidate": (5, 5), "commit": (3, 3), "many_sources": (3, 5), "fleet_overhead": (2, 3)}
+ORDER = ["consolidate", "commit", "many_sources", "deep_phase", "fleet_overhead", "crash_recovery"]
+MODULES = {name: f"bench.{name}" for name in ORDER}
+# (quick, full) pairs of runs per benchmark
+DEFAULT_REPEATS = {"consolidate": (5, 5), "commit": (3, 3), "many_sources": (3, 5), "deep_phase": (2, 3),
+                   "fleet_overhead": (2, 3), "crash_recovery": (2, 3)}
 
 
 def main(argv=None) -> int:
@@ -52,6 +53,8 @@ def _extra(name: str, r: dict) -> str:
         "commit": ["fleet_wall_s", "baseline_wall_s", "fleet_peak_rss_mb", "baseline_peak_rss_mb"],
         "many_sources": ["seconds", "zero_sources_s", "asset_keys"],
         "fleet_overhead": ["fleet_wall_s", "baseline_wall_s", "cpu_per_source_s", "cpu_goal"],
+        "crash_recovery": ["crash_wall_s", "clean_wall_s", "crashing", "sources"],
+        "deep_phase": ["deep_s", "shallow_s", "deep_pages", "shallow_pages"],
     }.get(name, [])
     return ", ".join(f"{k}={r[k]}" for k in keys if k in r)
 

@@ -125,5 +125,25 @@ def run_source_zero(module_path: str, week: str, root: str) -> None:
     print(json.dumps({"op_s": time.perf_counter() - t, "status": out.status}))
 
 
+def deep_phase(root: str, deep: str) -> None:
+    """run_source for the demo's heavy source (shops), with its expensive phase on or off."""
+    import os
+    from pathlib import Path
+
+    from fleet.config import PROJECT_ROOT, settings
+    from fleet.scraping import browser
+    from fleet.scraping.discovery import discover
+    from fleet.scraping.runner import run_source
+    from fleet.storage.store import LocalArtifactStore
+    os.environ["FLEET_HOME"] = root
+    shops = next(s for s in discover([PROJECT_ROOT / "scrapers"]) if s.name == "shops")
+    t = time.perf_counter()
+    out = run_source(shops, "2026-11-16", store=LocalArtifactStore(Path(root) / "artifacts"), run_id="bench",
+                     deep=deep == "1", refresh=True)
+    op = time.perf_counter() - t
+    browser.stop(settings().browser_dir)
+    print(json.dumps({"op_s": op, "status": out.status, "rows": out.rows, "pages": out.pages}))
+
+
 if __name__ == "__main__":
     globals()[sys.argv[1].replace("-", "_")](*sys.argv[2:])

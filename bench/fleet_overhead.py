@@ -49,7 +49,8 @@ def _child_json(r: dict) -> dict:
 
 def run(quick: bool, repeats: int) -> dict:
     from fleet.demo.sites import DemoSites
-    n, cap, pages, latency_ms = (12, 4, 10, 300) if quick else (40, 10, 10, 300)
+    # The shape: each source waits on the network for ~10 s in total (10 pages x 1 s).
+    n, cap, pages, latency_ms = (12, 4, 10, 1000) if quick else (40, 10, 10, 1000)
     tmp = Path(tempfile.mkdtemp(prefix="bench-overhead-"))
     fleet_bin = str(Path(PY).parent / "fleet")
     sites = DemoSites(latency_ms=latency_ms).start()

@@ -1,0 +1,101 @@
+"""crash_recovery: a week in which k of n latency-bound sources have their Dagster step process SIGKILLed once,
+mid-scrape, vs the same week with no crash. Both are `fleet run` on a fresh FLEET_HOME; the only difference is
+FLEET_BENCH_CRASH=1. Goal: wall <= 1 + 1.2 * k/n (re-running the whole week would cost 2x).
+
+The crashing sources resume: pages fetched before the crash are skipped (``ctx.seen``) and their rows come
+from the crashed attempt's spool, so the re-execution costs about half a source."""
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+from bench.util import PY, median, rnd, run_measured
+
+WEEK = "2026-11-16"
+TEMPLATE = '''import os
+import signal
+
+import polars as pl
+
+from fleet import Scraper
+
+
+class Crash{i:03d}(Scraper):
+    """crash_recovery bench source {i}: visits {pages} demo pages{crash_doc}."""
+
+    name = "src_{i:03d}"
+    schema = {{"page": pl.Int64, "title": pl.String}}
+    key = ("page",)
+    timeout_s = 300
+
+    async def scrape(self, page, ctx):
+        base = os.environ["FLEET_DEMO_URL"].rstrip("/")
+        for j in range({pages}):
+            url = f"{{base}}/?week={{ctx.week.isoformat()}}&src={i}&p={{j}}"
+            if ctx.seen(url):  # fetched by an attempt that crashed; its row is in that attempt's spool
+                continue
+            await ctx.goto(page, url)
+            yield {{"page": j, "title": await page.title()}}
+            if {crashes} and j == {pages} // 2 and os.environ.get("FLEET_BENCH_CRASH") == "1" \\
+                    and not ctx.checkpoint.get("crashed"):
+                ctx.checkpoint["crashed"] = True
+                ctx.save_checkpoint()
+                os.kill(os.getppid(), signal.SIGKILL)  # the Dagster step process dies mid-scrape
+'''
+
+
+def write_sources(where: Path, n: int, k: int, pages: int) -> list[str]:
+    where.mkdir(parents=True, exist_ok=True)
+    # spread the crashing sources over the week rather than putting them all in the first wave
+    crashing = {round(j * n / k) for j in range(k)} if k else set()
+    for i in range(n):
+        c = i in crashing
+        (where / f"src_{i:03d}.py").write_text(TEMPLATE.format(
+            i=i, pages=pages, crashes=c, crash_doc="; its step process is SIGKILLed once" if c else ""))
+    return [f"src_{i:03d}" for i in sorted(crashing)]
+
+
+def run(quick: bool, repeats: int) -> dict:
+    from fleet.demo.sites import DemoSites
+    n, k, cap, pages, latency_ms = (20, 2, 5, 6, 1000) if quick else (40, 4, 10, 10, 1000)
+    tmp = Path(tempfile.mkdtemp(prefix="bench-crash-"))
+    fleet_bin = str(Path(PY).parent / "fleet")
+    sites = DemoSites(latency_ms=latency_ms).start()
+    try:
+        scrapers = tmp / "scrapers"
+        crashing = write_sources(scrapers, n, k, pages)
+        base_env = {"FLEET_SCRAPERS_DIR": str(scrapers), "FLEET_DEMO_URL": sites.url, "FLEET_MAX_PARALLEL": str(cap),
+                    "FLEET_CRASH_RERUNS": "2"}
+        runs: dict[str, list[dict]] = {"crash": [], "clean": []}
+        for i in range(repeats):
+            for kind in ("crash", "clean"):
+                home = tmp / f"{kind}{i}"
+                remote = tmp / f"{kind}{i}.git"
+                subprocess.run(["git", "init", "-q", "--bare", "--initial-branch=main", str(remote)], check=True)
+                env = {**base_env, "FLEET_HOME": str(home), "FLEET_DATA_REMOTE": str(remote),
+                       "FLEET_BENCH_CRASH": "1" if kind == "crash" else "0"}
+                r = run_measured([fleet_bin, "run", "--week", WEEK, "--force"], env=env, cwd=tmp, check=False)
+                outcomes = [json.loads(p.read_text()) for p in (home / "artifacts" / WEEK / "raw").glob("*.outcome.json")]
+                ok = sum(o.get("status") == "ok" for o in outcomes)
+                rows = sum(o.get("rows", 0) for o in outcomes)
+                if r["rc"] != 0 or ok != n or rows != n * pages:
+                    raise RuntimeError(f"{kind} run exited {r['rc']} with {ok}/{n} ok sources and {rows} rows:\n"
+                                       f"{r['output'][-3000:]}")
+                if kind == "crash":
+                    crashed = [o["source"] for o in outcomes
+                               if (home / "artifacts" / WEEK / "work" / o["source"] / "checkpoint.json").exists()]
+                    r["crashed"] = crashed
+                runs[kind].append(r)
+        cw, bw = median([r["wall"] for r in runs["crash"]]), median([r["wall"] for r in runs["clean"]])
+        ratio, goal = cw / bw, 1 + 1.2 * k / n
+        return {"ratio": rnd(ratio), "goal": rnd(goal), "ok": ratio <= goal, "sources": n, "crashing": k,
+                "crashing_sources": crashing, "cap": cap, "pages_per_source": pages, "latency_ms": latency_ms,
+                "repeats": repeats, "crash_wall_s": rnd(cw), "clean_wall_s": rnd(bw),
+                "crash_cpu_s": rnd(median([r["cpu"] for r in runs["crash"]])),
+                "clean_cpu_s": rnd(median([r["cpu"] for r in runs["clean"]]))}
+    finally:
+        sites.stop()
+        shutil.rmtree(tmp, ignore_errors=True)
