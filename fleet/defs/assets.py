@@ -6,8 +6,8 @@ from typing import Optional
 
 import polars as pl
 from dagster import (
-    AssetCheckResult, AssetCheckSeverity, AssetCheckSpec, AssetExecutionContext, AssetKey, Config, Failure,
-    MaterializeResult, MetadataValue, WeeklyPartitionsDefinition, asset,
+    AssetCheckResult, AssetCheckSeverity, AssetCheckSpec, AssetExecutionContext, AssetKey, Backoff, Config, Failure,
+    MaterializeResult, MetadataValue, RetryPolicy, WeeklyPartitionsDefinition, asset,
 )
 
 from fleet import alerts as alerting
@@ -101,10 +101,20 @@ def _md_path(p):
     return MetadataValue.path(p) if p else MetadataValue.text("-")
 
 
-def raw_asset(source: Source, partitions_def):
+def crash_retry_policy() -> RetryPolicy:
+    """Re-execute a crashed source step inside the run, at most ``FLEET_CRASH_RERUNS`` times, 2 s then 4 s…
+
+    The multiprocess executor applies an asset's retry policy when the step's process dies (SIGKILL, OOM), so the
+    crashed source starts again while the rest of the week goes on; a rerun run after the week would cost a
+    second pass. A source failure never reaches it: the asset raises ``Failure(allow_retries=False)`` for those."""
+    return RetryPolicy(max_retries=settings().crash_reruns, delay=2, backoff=Backoff.EXPONENTIAL)
+
+
+def raw_asset(source: Source, partitions_def, retry_policy: RetryPolicy | None = None):
     key = AssetKey(["raw", source.name])
 
     @asset(
+        retry_policy=retry_policy,
         key=key, partitions_def=partitions_def, pool="scrapers", group_name=RAW_GROUP,
         description=source.description, kinds={"playwright", "parquet"},
         check_specs=[AssetCheckSpec(name, asset=key, blocking=False, description=text) for name, text in SOURCE_CHECKS.items()],
@@ -128,7 +138,8 @@ def raw_asset(source: Source, partitions_def):
                 metadata={**common, "fleet/category": out.category or "source", "error": MetadataValue.text(out.error or ""),
                           "screenshot": _md_path(out.evidence.get("screenshot")), "html": _md_path(out.evidence.get("html")),
                           "evidence_dir": _md_path(str(store.path(week, keys.evidence_key(source.name))))},
-                allow_retries=False,
+                # infra (the browser or the worker died) may recover on a re-execution; a source failure will not
+                allow_retries=out.category == "infra",
             )
         if out.status == "partial":
             context.log.warning(f"[run {context.run_id}] [{source.name}] {out.error}; keeping the {out.rows} rows collected")

@@ -4,7 +4,7 @@ from __future__ import annotations
 from dagster import AssetSelection, Definitions, define_asset_job, multiprocess_executor
 
 from fleet.config import scraper_dirs, settings
-from fleet.defs.assets import PUBLISH_GROUP, RAW_GROUP, partitions, publish_assets, raw_asset
+from fleet.defs.assets import PUBLISH_GROUP, RAW_GROUP, crash_retry_policy, partitions, publish_assets, raw_asset
 from fleet.defs.automation import build_automation
 from fleet.scraping.discovery import discover
 
@@ -13,7 +13,8 @@ def build_defs() -> Definitions:
     s = settings()
     sources = discover(scraper_dirs())
     parts = partitions()
-    raw = [raw_asset(src, parts) for src in sources]
+    retry = crash_retry_policy()
+    raw = [raw_asset(src, parts, retry) for src in sources]
     publish = publish_assets(sources, parts)
     scrape_job = define_asset_job("scrape_week", selection=AssetSelection.groups(RAW_GROUP), partitions_def=parts,
                                   description="Scrape every source for one week (raw/<source> assets).")

@@ -49,11 +49,13 @@ def week_status(instance: DagsterInstance, store: ArtifactStore, week: str, sour
             status = last.metadata.get("fleet/status") or stored.get("status") or "failed"
             category, error = last.category, last.error
         note = ""
-        crashes = [i for i, s in enumerate(steps) if s.category == "infra"]
-        if last.status == "succeeded" and crashes:
-            note = f"recovered from infra failure on attempt {len(steps)}"
-        elif crashes and last.category == "infra":
-            note = f"infra failure on all {len(steps)} attempts"
+        # each in-run retry followed a crash; so did every run whose step ended as infra
+        attempts = sum(1 + s.retries for s in steps)
+        crashed = sum(s.retries for s in steps) + sum(1 for s in steps if s.category == "infra")
+        if last.status == "succeeded" and crashed:
+            note = f"recovered from infra failure on attempt {attempts}"
+        elif last.category == "infra" and crashed == attempts:
+            note = f"infra failure on all {attempts} attempts"
         rows = int(stored.get("rows") or 0) if status in ("ok", "partial", "empty") else 0
-        out.append(SourceStatus(src, status, category, rows, float(stored.get("seconds") or 0), len(steps), error, note))
+        out.append(SourceStatus(src, status, category, rows, float(stored.get("seconds") or 0), attempts, error, note))
     return out

@@ -1,6 +1,10 @@
 """Failure taxonomy and re-execution policy, read from a run's Dagster event log.
 
-One policy, two drivers: the run-status sensor and ``fleet run`` both call :func:`next_action`.
+A crashed source step is first re-executed inside its run by the executor (the raw assets' retry policy,
+fleet/defs/assets.py). What is left after the run, for example steps interrupted when the run's own process
+died, is handled by :func:`next_action`. It re-executes crashed sources in a new run, and the retries already
+spent in the run count against the same budget of N. One policy, two drivers: the run-status sensor and
+``fleet run`` both call :func:`next_action`.
 ``infra``  the step's process died without reporting, never finished, never started in a failed run, or the browser crashed.
 ``source`` the scraper reported a failure: its exception, its timeout, bad rows, navigation after retries.
 """
@@ -30,6 +34,7 @@ class StepOutcome:
     category: str | None = None  # infra | source
     error: str | None = None
     metadata: dict = dataclasses.field(default_factory=dict)
+    retries: int = 0             # re-executions inside the run after a crash (Dagster's retry policy)
 
 
 @dataclasses.dataclass
@@ -89,14 +94,17 @@ def planned_steps(instance: DagsterInstance, run) -> list[str]:
 def run_outcomes(instance: DagsterInstance, run) -> dict[str, StepOutcome]:
     """Per source scraped in ``run``: what happened to its step."""
     records = instance.all_logs(run.run_id, of_type={DagsterEventType.STEP_START, DagsterEventType.STEP_SUCCESS,
-                                                      DagsterEventType.STEP_FAILURE})
+                                                      DagsterEventType.STEP_FAILURE, DagsterEventType.STEP_UP_FOR_RETRY})
     out: dict[str, StepOutcome] = {}
+    retries: dict[str, int] = {}
     for rec in records:
         ev = rec.dagster_event
         src = source_of(ev.step_key or "")
         if src is None:
             continue
-        if ev.event_type == DagsterEventType.STEP_START:
+        if ev.event_type == DagsterEventType.STEP_UP_FOR_RETRY:
+            retries[src] = retries.get(src, 0) + 1
+        elif ev.event_type == DagsterEventType.STEP_START:
             out.setdefault(src, StepOutcome(src, "interrupted", "infra", "the step started but never finished (worker lost)"))
         elif ev.event_type == DagsterEventType.STEP_SUCCESS:
             out[src] = StepOutcome(src, "succeeded")
@@ -110,6 +118,9 @@ def run_outcomes(instance: DagsterInstance, run) -> dict[str, StepOutcome]:
             src = source_of(key)
             if src and src not in out:
                 out[src] = StepOutcome(src, "not started", "infra", "the run ended before this step started")
+    for src, n in retries.items():
+        if src in out:
+            out[src].retries = n
     return out
 
 
@@ -139,7 +150,7 @@ def next_action(instance: DagsterInstance, run, max_reruns: int, outcomes: dict 
     if not week or not outcomes:
         return Action("none", week, reason="not a scrape run")
     crashed = sorted(s for s, o in outcomes.items() if o.category == "infra")
-    done = {s: reruns_done(instance, week, s) for s in crashed}
+    done = {s: reruns_done(instance, week, s) + outcomes[s].retries for s in crashed}
     eligible = [s for s in crashed if done[s] < max_reruns]
     exhausted = [s for s in crashed if s not in eligible]
     if eligible:
