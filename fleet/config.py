@@ -37,6 +37,7 @@ class Settings:
     start_week: str
     git_token: str | None
     browser: str = "shared"     # shared: a context per source in one Chromium; own: a Chromium per source
+    compute_logs: bool = False  # Dagster's per-step stdout/stderr capture (tail -F + 2 watcher interpreters per step)
 
     @property
     def store_root(self) -> Path:
@@ -75,6 +76,7 @@ def settings() -> Settings:
         start_week=os.environ.get("FLEET_START_WEEK", "2026-01-05"),
         git_token=os.environ.get("FLEET_GIT_TOKEN") or None,
         browser=browser,
+        compute_logs=os.environ.get("FLEET_COMPUTE_LOGS", "0") == "1",
     )
 
 
