@@ -8,6 +8,7 @@ it keeps a screenshot and the page HTML.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ctypes
 import json
 import logging
@@ -37,23 +38,33 @@ def _die_with_parent() -> None:
         pass
 
 
-async def _capture(page, evidence_dir: Path, log) -> dict:
+def _first_line(exc: BaseException) -> str:
+    lines = str(exc).strip().splitlines()
+    return lines[0] if lines else type(exc).__name__
+
+
+async def _capture(page, evidence_dir: Path, log, budget_s: float) -> dict:
+    """The page's HTML, then a full-page screenshot, within ``budget_s`` (what is left before the hard kill,
+    at most 8 s: a busy browser on a loaded machine can take seconds to render one)."""
     out = {}
     if page is None or page.is_closed():
         return out
     evidence_dir.mkdir(parents=True, exist_ok=True)
-    try:
-        shot = evidence_dir / "screenshot.png"
-        await page.screenshot(path=str(shot), full_page=True, timeout=1500)
-        out["screenshot"] = str(shot)
-    except Exception as exc:  # evidence is best effort; the failure itself is what matters
-        log.warning("could not take a screenshot: %s", str(exc).splitlines()[0])
+    budget_s = max(0.5, min(8.0, budget_s))
+    started = time.monotonic()
     try:
         html = evidence_dir / "page.html"
-        html.write_text(await asyncio.wait_for(page.content(), 1), encoding="utf-8")
+        html.write_text(await asyncio.wait_for(page.content(), budget_s * 0.4), encoding="utf-8")
         out["html"] = str(html)
+    except Exception as exc:  # evidence is best effort; the failure itself is what matters
+        log.warning("could not save the page HTML: %s", _first_line(exc))
+    try:
+        shot = evidence_dir / "screenshot.png"
+        left = max(0.3, budget_s - (time.monotonic() - started))
+        await page.screenshot(path=str(shot), full_page=True, timeout=left * 1000)
+        out["screenshot"] = str(shot)
     except Exception as exc:
-        log.warning("could not save the page HTML: %s", str(exc).splitlines()[0])
+        log.warning("could not take a screenshot: %s", _first_line(exc))
     try:
         out["page_url"] = page.url
     except Exception:
@@ -83,6 +94,12 @@ async def run(spec: dict) -> dict:
                         retry=RetryPolicy(**spec.get("retry", {})), logger=log,
                         progress_path=work / "last_url.txt")
     browser_gone = {"flag": False}
+    gone = asyncio.Event()  # set when the browser or this source's renderer dies: no page will answer again
+
+    def on_gone(*_):
+        browser_gone["flag"] = True
+        gone.set()
+
     page = None
     # Soft deadline: leave a little time before the hard kill to save evidence of an async hang.
     grace = min(3.0, spec["timeout_s"] * 0.4)
@@ -94,10 +111,10 @@ async def run(spec: dict) -> dict:
             browser = await pw.chromium.launch(executable_path=spec["chromium"], headless=True,
                                                args=["--disable-background-networking", "--disable-component-update",
                                                      "--disable-sync", "--no-first-run", "--disable-quic"])
-        browser.on("disconnected", lambda _b: browser_gone.__setitem__("flag", True))
+        browser.on("disconnected", on_gone)
         context = await browser.new_context()
         page = await context.new_page()
-        page.on("crash", lambda _p: browser_gone.__setitem__("flag", True))
+        page.on("crash", on_gone)
         # The scraper's clock starts now: browser start-up is fleet's cost, with its own limit in the runner.
         start = time.monotonic()
         ctx.deadline = start + spec["timeout_s"]
@@ -116,7 +133,7 @@ async def run(spec: dict) -> dict:
                     count += 1
 
         try:
-            await asyncio.wait_for(consume(), timeout=max(0.1, spec["timeout_s"] - grace))
+            await _until_gone(consume(), gone, timeout=max(0.1, spec["timeout_s"] - grace))
             result = {"status": "ok" if count else "empty", "category": None}
         except asyncio.TimeoutError:
             log.warning("[run %s] [%s] soft deadline reached; saving evidence before the hard limit", spec["run_id"], source.name)
@@ -135,7 +152,8 @@ async def run(spec: dict) -> dict:
             if infra:
                 result["error"] = f"source {source.name}: the browser crashed: {text}"
         if result["status"] not in ("ok", "empty"):
-            result["evidence"] = await _capture(page, evidence_dir, log)
+            hard_deadline = start + spec["timeout_s"]  # when the runner kills this process
+            result["evidence"] = await _capture(page, evidence_dir, log, hard_deadline - time.monotonic() - 0.7)
             (evidence_dir / "error.txt").parent.mkdir(parents=True, exist_ok=True)
             (evidence_dir / "error.txt").write_text(result.get("traceback") or result.get("error", ""))
         result.update(rows=count, pages=ctx.pages_visited, url=result.get("url") or ctx.last_url,
@@ -146,6 +164,29 @@ async def run(spec: dict) -> dict:
         except Exception:
             pass
     return result
+
+
+class BrowserGone(Exception):
+    pass
+
+
+async def _until_gone(work, gone: asyncio.Event, timeout: float):
+    """Await ``work``; stop it at once if the browser dies (it would otherwise sit until its timeout, for a page
+    that will never answer), or at ``timeout`` (asyncio.TimeoutError)."""
+    task = asyncio.ensure_future(work)
+    watcher = asyncio.ensure_future(gone.wait())
+    try:
+        done, _ = await asyncio.wait({task, watcher}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        watcher.cancel()
+    if task in done:
+        return task.result()
+    task.cancel()
+    with contextlib.suppress(BaseException):
+        await asyncio.wait_for(task, 2)
+    if watcher in done:
+        raise BrowserGone("Browser closed: the browser or this page's renderer crashed")
+    raise asyncio.TimeoutError()
 
 
 def main(argv: list[str], forked: bool = False) -> int:
