@@ -16,7 +16,8 @@ and ``FLEET_BROWSER=own`` turns sharing off for everyone.
 
 The browser runs under a small host process, ``python -m fleet.scraping.browser serve DIR``, which:
 
-- writes ``DIR/endpoint.json`` once Chromium listens;
+- launches Chromium through Playwright (so it has the same switches as a browser a worker launches itself)
+  with a DevTools port, and writes ``DIR/endpoint.json`` once it listens;
 - stops Chromium after ``FLEET_BROWSER_IDLE_S`` (default 30) seconds with no live lease;
 - exits when Chromium dies, so the next caller starts a new one.
 
@@ -26,6 +27,7 @@ an endpoint that is about to close.
 """
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import fcntl
 import json
@@ -35,16 +37,14 @@ import signal
 import subprocess
 import sys
 import time
-import urllib.request
 from pathlib import Path
 
 from fleet.errors import FleetError
 from fleet.scraping.procs import descendants, kill_pids
 
-CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-quic",
-                  "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                  "--disable-default-apps", "--mute-audio", "--remote-debugging-address=127.0.0.1",
-                  "--remote-debugging-port=0"]
+# on top of Playwright's own switches: the same extras as a worker's own browser, and the DevTools port
+CHROMIUM_FLAGS = ["--disable-background-networking", "--disable-component-update", "--disable-sync",
+                  "--no-first-run", "--disable-quic", "--remote-debugging-address=127.0.0.1", "--remote-debugging-port=0"]
 START_TIMEOUT_S = 60.0
 
 
@@ -91,14 +91,6 @@ def _read_endpoint(directory: Path) -> dict | None:
     return info
 
 
-def _responds(endpoint: str) -> bool:
-    try:
-        with urllib.request.urlopen(endpoint + "/json/version", timeout=2) as resp:
-            return resp.status == 200
-    except OSError:
-        return False
-
-
 def _live_leases(directory: Path) -> list[int]:
     live = []
     for lease in (directory / "leases").glob("*"):
@@ -119,10 +111,10 @@ def acquire(directory: Path, chromium: str, holder: int | None = None) -> str:
     :func:`release`. Raises ``FleetError`` if no browser could be started."""
     holder = holder or os.getpid()
     with _locked(directory):
+        # A live browser is never replaced here, even if slow to answer: other sources are using it. If it is
+        # broken, their workers fail as infra and are re-executed, and the next acquire after it dies starts anew.
         info = _read_endpoint(directory)
-        if info is None or not _responds(info["endpoint"]):
-            if info is not None:  # alive but deaf: replace it
-                _stop(info)
+        if info is None:
             info = _start(directory, chromium)
         leases = directory / "leases"
         leases.mkdir(exist_ok=True)
@@ -156,7 +148,7 @@ def _start(directory: Path, chromium: str) -> dict:
 
 
 def _stop(info: dict) -> None:
-    kill_pids([info["host_pid"], info["chromium_pid"], *descendants(info["chromium_pid"])])
+    kill_pids([info["host_pid"], *descendants(info["host_pid"]), info["chromium_pid"], *descendants(info["chromium_pid"])])
 
 
 def stop(directory: Path) -> None:
@@ -188,51 +180,75 @@ def stop_if_idle(directory: Path) -> bool:
 
 # --- the host process -----------------------------------------------------------------------------------
 
-def serve(directory: Path, chromium: str) -> int:
+def _chromium_pid(profile: Path) -> int | None:
+    """The browser process (not a zygote or renderer) that uses ``profile`` among this host's descendants."""
+    for pid in descendants(os.getpid()):
+        try:
+            args = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if f"--user-data-dir={profile}".encode() in args and not any(a.startswith(b"--type=") for a in args):
+            return pid
+    return None
+
+
+async def _serve(directory: Path, chromium: str) -> int:
+    from playwright.async_api import async_playwright
+
     profile = directory / f"profile-{os.getpid()}"
     shutil.rmtree(profile, ignore_errors=True)
-    proc = subprocess.Popen([chromium, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", "about:blank"],
-                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-
-    def shutdown(*_):
-        kill_pids([proc.pid, *descendants(proc.pid)])  # Chromium's zygotes and renderers too
-        proc.wait()
-        shutil.rmtree(profile, ignore_errors=True)
-        sys.exit(0)
-
-    signal.signal(signal.SIGTERM, shutdown)
-    port_file = profile / "DevToolsActivePort"
-    deadline = time.monotonic() + START_TIMEOUT_S
-    while not port_file.exists() or not port_file.read_text().strip():
-        if proc.poll() is not None or time.monotonic() > deadline:
-            print(f"chromium exited ({proc.returncode}) or did not listen within {START_TIMEOUT_S:g}s", flush=True)
-            shutdown()
-        time.sleep(0.02)
-    port = int(port_file.read_text().split()[0])
-    info = {"endpoint": f"http://127.0.0.1:{port}", "host_pid": os.getpid(), "chromium_pid": proc.pid,
-            "started": time.time()}
-    tmp = directory / "endpoint.json.tmp"
-    tmp.write_text(json.dumps(info))
-    os.replace(tmp, directory / "endpoint.json")
-    print(f"chromium {proc.pid} listening on {info['endpoint']}", flush=True)
-    idle_limit = idle_seconds()
-    idle_since = time.monotonic()
-    while proc.poll() is None:
-        time.sleep(0.5)
+    async with async_playwright() as pw:
+        # Launched by Playwright, so the shared browser has exactly the switches of a browser a worker launches
+        # for itself (no background throttling of the many pages in it, and so on); the DevTools port is added.
+        context = await pw.chromium.launch_persistent_context(
+            str(profile), executable_path=chromium, headless=True, args=CHROMIUM_FLAGS)
+        port_file = profile / "DevToolsActivePort"
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while not (port_file.exists() and port_file.read_text().strip()):
+            if time.monotonic() > deadline:
+                print(f"chromium did not open its DevTools port within {START_TIMEOUT_S:g}s", flush=True)
+                return 1
+            await asyncio.sleep(0.02)
+        pid = _chromium_pid(profile)
+        if pid is None:
+            print("could not find the chromium process", flush=True)
+            return 1
+        info = {"endpoint": f"http://127.0.0.1:{int(port_file.read_text().split()[0])}", "host_pid": os.getpid(),
+                "chromium_pid": pid, "started": time.time()}
+        tmp = directory / "endpoint.json.tmp"
+        tmp.write_text(json.dumps(info))
+        os.replace(tmp, directory / "endpoint.json")
+        print(f"chromium {pid} listening on {info['endpoint']}", flush=True)
+        idle_limit = idle_seconds()
+        idle_since = time.monotonic()
+        while _alive(pid):
+            await asyncio.sleep(0.5)
+            with _locked(directory):
+                if _live_leases(directory):
+                    idle_since = time.monotonic()
+                elif time.monotonic() - idle_since >= idle_limit:
+                    (directory / "endpoint.json").unlink(missing_ok=True)
+                    print(f"idle for {idle_limit:g}s; stopping chromium", flush=True)
+                    break
+        else:
+            print("chromium died", flush=True)
         with _locked(directory):
-            if _live_leases(directory):
-                idle_since = time.monotonic()
-            elif time.monotonic() - idle_since >= idle_limit:
+            current = _read_endpoint(directory)
+            if current is None or current.get("host_pid") == os.getpid():
                 (directory / "endpoint.json").unlink(missing_ok=True)
-                print(f"idle for {idle_limit:g}s; stopping chromium", flush=True)
-                shutdown()
-    print(f"chromium exited with {proc.returncode}", flush=True)
-    with _locked(directory):
-        current = _read_endpoint(directory)
-        if current is None or current.get("host_pid") == os.getpid():
-            (directory / "endpoint.json").unlink(missing_ok=True)
-    shutil.rmtree(profile, ignore_errors=True)
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(context.close(), 10)
     return 0
+
+
+def serve(directory: Path, chromium: str) -> int:
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    try:
+        return asyncio.run(_serve(directory, chromium))
+    finally:
+        kill_pids(descendants(os.getpid()))  # whatever is left of Chromium and Playwright's driver
+        for stale in directory.glob(f"profile-{os.getpid()}"):
+            shutil.rmtree(stale, ignore_errors=True)
 
 
 if __name__ == "__main__":

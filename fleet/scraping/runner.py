@@ -124,11 +124,19 @@ class ForkedWorker:
         return self.returncode
 
 
+# Threads a Dagster step process runs beside its main thread: the feeder of its event queue to the run
+# process, and its termination watcher. A lock one of them holds at the moment of a fork stays held in the
+# child, but the worker never touches their queue or event; the locks it does use (imports, logging) are
+# reinitialised by CPython in a forked child.
+FORK_SAFE_THREADS = frozenset({"QueueFeederThread", "termination-handler"})
+
+
 def can_fork() -> bool:
-    """Fork only from the main thread of a process with no other threads: a lock that another thread held at
-    the moment of the fork would stay held forever in the child. Otherwise start a fresh interpreter."""
-    return (os.environ.get("FLEET_WORKER_START", "fork") == "fork" and threading.active_count() == 1
-            and threading.current_thread() is threading.main_thread())
+    """Fork from the main thread when every other thread is a known one (above); otherwise (an unknown thread
+    may hold any lock) start a fresh interpreter. ``FLEET_WORKER_START=spawn`` always does."""
+    if os.environ.get("FLEET_WORKER_START", "fork") != "fork" or threading.current_thread() is not threading.main_thread():
+        return False
+    return all(t.name in FORK_SAFE_THREADS for t in threading.enumerate() if t is not threading.main_thread())
 
 
 def start_worker(spec_path: Path):
@@ -199,6 +207,10 @@ def run_source(source: Source, week: str, *, store: ArtifactStore, run_id: str, 
         if browser_dir is not None:
             shared_browser.release(browser_dir)
         raise
+
+    log_line(f"[run {run_id}] [{source.name}] worker {proc.pid} started "
+             f"({'forked from the step' if isinstance(proc, ForkedWorker) else 'new interpreter'}, "
+             f"{'context in the shared browser' if browser_dir else 'browser of its own'}; limit {timeout:g}s)")
 
     def pump():
         for line in proc.stderr:
