@@ -1,0 +1,96 @@
+"""The shared browser: one Chromium per FLEET_HOME, a context per source, leases, idle stop, and what a crash of
+that Chromium costs (the sources in flight are re-executed in the run; none is lost)."""
+import json
+import os
+import time
+
+import pytest
+
+from fleet.config import chromium_path
+from fleet.scraping import browser
+from fleet_tests.conftest import ROOT, WEEK, committed_frame, run_fleet
+
+
+def _alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    with open(f"/proc/{pid}/stat") as fh:
+        return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def _wait_dead(pid, seconds=15):
+    deadline = time.monotonic() + seconds
+    while _alive(pid):
+        assert time.monotonic() < deadline, f"process {pid} still alive"
+        time.sleep(0.1)
+
+
+def test_one_browser_is_shared_leased_and_stopped(tmp_path, monkeypatch):
+    d = tmp_path / "browser"
+    monkeypatch.setenv("FLEET_BROWSER_IDLE_S", "600")
+    first = browser.acquire(d, chromium_path(), holder=os.getpid())
+    info = json.loads((d / "endpoint.json").read_text())
+    assert first == info["endpoint"] and _alive(info["chromium_pid"])
+    # a second caller gets the same browser
+    assert browser.acquire(d, chromium_path(), holder=os.getppid()) == first
+    # while a live process holds a lease, stop_if_idle leaves it running
+    assert browser.stop_if_idle(d) is False and _alive(info["chromium_pid"])
+    browser.release(d, holder=os.getpid())
+    browser.release(d, holder=os.getppid())
+    assert browser.stop_if_idle(d) is True
+    _wait_dead(info["chromium_pid"])
+    _wait_dead(info["host_pid"])
+    assert not (d / "endpoint.json").exists()
+
+
+def test_a_dead_browser_is_replaced_and_an_idle_one_stops_itself(tmp_path, monkeypatch):
+    d = tmp_path / "browser"
+    monkeypatch.setenv("FLEET_BROWSER_IDLE_S", "1")
+    browser.acquire(d, chromium_path())
+    old = json.loads((d / "endpoint.json").read_text())
+    os.kill(old["chromium_pid"], 9)
+    _wait_dead(old["host_pid"])  # the host exits with its Chromium
+    browser.acquire(d, chromium_path())  # the next caller starts a new one
+    new = json.loads((d / "endpoint.json").read_text())
+    assert new["chromium_pid"] != old["chromium_pid"] and _alive(new["chromium_pid"])
+    browser.release(d)
+    _wait_dead(new["chromium_pid"], seconds=20)  # no lease for 1 s: the host stops it
+    assert not (d / "endpoint.json").exists()
+
+
+def test_a_bad_chromium_is_a_clear_error(tmp_path):
+    with pytest.raises(Exception, match="did not start"):
+        browser.acquire(tmp_path / "browser", "/bin/false")
+
+
+def test_a_crash_of_the_shared_browser_costs_no_source(fleet_env):
+    """kills_browser SIGKILLs the shared Chromium while slow_1 and slow_2 are mid-scrape. Every source in flight
+    fails as infra, is re-executed inside the run on a new browser, and the week is complete. `own` runs in a
+    Chromium of its own and is untouched."""
+    counters = fleet_env.tmp / "counters"
+    counters.mkdir()
+    env = {**fleet_env.env, "FLEET_SCRAPERS_DIR": str(ROOT / "fleet_tests" / "scrapers_browser"),
+           "FLEET_TEST_COUNTER_DIR": str(counters), "FLEET_MAX_PARALLEL": "4"}
+    res = run_fleet(env, "run", "--week", WEEK, "--force")
+    out = res.stdout + res.stderr
+    assert res.returncode == 0, out[-5000:]
+    killed = int((counters / "killed_chromium").read_text())
+    assert not _alive(killed)
+    frame = committed_frame(fleet_env.remote, f"data/{WEEK}/raw.parquet")
+    counts = frame.group_by("source").len().sort("source").rows()
+    assert counts == [("kills_browser", 1), ("own", 8), ("slow_1", 8), ("slow_2", 8)]
+
+    os.environ["DAGSTER_HOME"] = str(fleet_env.home / "dagster")
+    from dagster import DagsterEventType, DagsterInstance, RunsFilter
+    with DagsterInstance.get() as instance:
+        runs = instance.get_runs(RunsFilter(tags={"dagster/partition": WEEK}))
+        scrape = next(r for r in runs if r.tags.get("fleet/kind") == "scrape")
+        retried = {e.dagster_event.step_key for e in
+                   instance.all_logs(scrape.run_id, of_type=DagsterEventType.STEP_UP_FOR_RETRY)}
+    assert {"raw__kills_browser", "raw__slow_1", "raw__slow_2"} <= retried
+    assert "raw__own" not in retried
+    assert "the browser crashed" in out
+    # fleet run stops the shared browser when the week is done
+    assert not (fleet_env.home / "browser" / "endpoint.json").exists()
