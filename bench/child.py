@@ -93,38 +93,6 @@ def overhead_baseline(directory: str, week: str, cap: str) -> None:
     print(json.dumps({"op_s": time.perf_counter() - t, "rows": rows}))
 
 
-def browser_launch() -> None:
-    import asyncio
-
-    from playwright.async_api import async_playwright
-
-    from fleet.config import chromium_path
-
-    async def main():
-        async with async_playwright() as pw:
-            t = time.perf_counter()
-            browser = await pw.chromium.launch(executable_path=chromium_path(), headless=True)
-            page = await (await browser.new_context()).new_page()
-            launch = time.perf_counter() - t
-            await page.close()
-            await browser.close()
-            return launch
-    print(json.dumps({"launch_s": asyncio.run(main())}))
-
-
-def run_source_zero(module_path: str, week: str, root: str) -> None:
-    """fleet.scraping.runner.run_source (worker process + Chromium) for a source that visits no page."""
-    from pathlib import Path
-
-    from fleet.scraping.discovery import discover
-    from fleet.scraping.runner import run_source
-    from fleet.storage.store import LocalArtifactStore
-    srcs = discover([Path(module_path).parent])
-    t = time.perf_counter()
-    out = run_source(srcs[0], week, store=LocalArtifactStore(root), run_id="bench", refresh=True)
-    print(json.dumps({"op_s": time.perf_counter() - t, "status": out.status}))
-
-
 def deep_phase(root: str, deep: str) -> None:
     """run_source for the demo's heavy source (shops), with its expensive phase on or off."""
     import os

@@ -1,8 +1,8 @@
-"""fleet_overhead: latency-bound sources through `fleet run` (worker process + Chromium per source, Dagster
-steps, consolidation, commits) vs one asyncio loop, one Chromium, cap-many concurrent pages, same scrapers.
+"""fleet_overhead: latency-bound sources through `fleet run` (a Dagster step, a worker process and a browser
+context per source; consolidation; two commits) vs one asyncio loop, one Chromium, cap-many concurrent pages,
+the same scrapers.
 
-Also measures where fleet's per-source cost goes: starting a worker interpreter, launching Chromium, and
-run_source (worker + browser + scrape, no Dagster) for a source that visits no page."""
+Also measures fleet's fixed cost per source: `fleet run` over n sources that visit no page, minus one."""
 from __future__ import annotations
 
 import json
@@ -34,6 +34,8 @@ class Lat{i:03d}(Scraper):
         for j in range({pages}):
             await ctx.goto(page, f"{{base}}/?week={{ctx.week.isoformat()}}&src={i}&p={{j}}")
             yield {{"page": j, "title": await page.title()}}
+        if {pages} == 0:  # the fixed-cost probe: one row, no page
+            yield {{"page": 0, "title": "-"}}
 '''
 
 
@@ -50,7 +52,7 @@ def _child_json(r: dict) -> dict:
 def run(quick: bool, repeats: int) -> dict:
     from fleet.demo.sites import DemoSites
     # The issue's shape: each source waits on the network for ~10 s in total (10 pages x 1 s).
-    n, cap, pages, latency_ms = (12, 4, 10, 1000) if quick else (40, 10, 10, 1000)
+    n, cap, pages, latency_ms = (8, 4, 10, 1000) if quick else (40, 10, 10, 1000)
     tmp = Path(tempfile.mkdtemp(prefix="bench-overhead-"))
     fleet_bin = str(Path(PY).parent / "fleet")
     sites = DemoSites(latency_ms=latency_ms).start()
@@ -78,26 +80,24 @@ def run(quick: bool, repeats: int) -> dict:
                 raise RuntimeError(f"baseline scraped {b['rows']} rows, expected {n * pages}")
             base_runs.append(b)
 
-        # Where the per-source cost goes (each in a fresh process, medians of 3).
-        parts = {"worker_start": [], "browser_launch": [], "run_source": []}
+        # Where the per-source cost goes: `fleet run` over sources that visit no page, n of them vs one, so the
+        # difference is what each further source costs fleet with no scraping at all: its Dagster step, its
+        # worker, its browser context, its checks and its events.
         zero = tmp / "zero"
-        write_sources(zero, 1, 0)
-        for k in range(3):
-            w = run_measured([PY, "-c", "import fleet.scraping.worker"], cwd=ROOT)
-            parts["worker_start"].append(w)
-            bl = run_measured([PY, "-m", "bench.child", "browser-launch"], cwd=ROOT)
-            bl.update(_child_json(bl))
-            parts["browser_launch"].append(bl)
-            rs = run_measured([PY, "-m", "bench.child", "run-source-zero", str(zero / "lat_000.py"), WEEK, str(tmp / f"rs{k}")],
-                              cwd=ROOT, env=base_env)
-            rs.update(_child_json(rs))
-            parts["run_source"].append(rs)
+        write_sources(zero, n, 0)
+        one = tmp / "one"
+        write_sources(one, 1, 0)
+        fixed = {}
+        for label, where in (("n", zero), ("one", one)):
+            home, remote = tmp / f"zero-{label}", tmp / f"zero-{label}.git"
+            subprocess.run(["git", "init", "-q", "--bare", "--initial-branch=main", str(remote)], check=True)
+            env = {**base_env, "FLEET_SCRAPERS_DIR": str(where), "FLEET_HOME": str(home), "FLEET_DATA_REMOTE": str(remote)}
+            fixed[label] = run_measured([fleet_bin, "run", "--week", WEEK, "--force"], env=env, cwd=tmp, check=False)
 
         fw, bw = median([r["wall"] for r in fleet_runs]), median([r["wall"] for r in base_runs])
         fc, bc = median([r["cpu"] for r in fleet_runs]), median([r["cpu"] for r in base_runs])
         ratio = fw / bw
         cpu_per_source = (fc - bc) / n
-        rs_cpu = median([p["cpu"] for p in parts["run_source"]])
         return {
             "ratio": rnd(ratio), "goal": 1.15, "ok": ratio <= 1.15 and cpu_per_source <= 0.3,
             "cpu_per_source_s": rnd(cpu_per_source), "cpu_goal": 0.3,
@@ -109,16 +109,11 @@ def run(quick: bool, repeats: int) -> dict:
             "baseline_peak_rss_mb": rnd(median([r["maxrss_mb"] for r in base_runs]), 1),
             "fleet_median_source_seconds": rnd(median([median(r["source_seconds"]) for r in fleet_runs])),
             "breakdown": {
-                "worker_interpreter_start_wall_s": rnd(median([p["wall"] for p in parts["worker_start"]])),
-                "worker_interpreter_start_cpu_s": rnd(median([p["cpu"] for p in parts["worker_start"]])),
-                "chromium_launch_in_process_s": rnd(median([p["launch_s"] for p in parts["browser_launch"]])),
-                "chromium_launch_close_process_wall_s": rnd(median([p["wall"] for p in parts["browser_launch"]])),
-                "chromium_launch_close_process_cpu_s": rnd(median([p["cpu"] for p in parts["browser_launch"]])),
-                "run_source_zero_pages_s": rnd(median([p["op_s"] for p in parts["run_source"]])),
-                "run_source_zero_pages_cpu_s": rnd(rs_cpu),
-                # what is left per source after the worker+browser cost and the shared-browser scrape cost:
-                # Dagster step processes, run launch, consolidation and the two commits, spread over sources
-                "remainder_cpu_per_source_s": rnd(fc / n - bc / n - rs_cpu),
+                # `fleet run` of n sources that visit no page, minus one such source, per extra source
+                "fixed_cpu_per_source_s": rnd((fixed["n"]["cpu"] - fixed["one"]["cpu"]) / max(1, n - 1)),
+                "fixed_wall_per_source_s": rnd((fixed["n"]["wall"] - fixed["one"]["wall"]) / max(1, n - 1)),
+                "zero_page_run_n_wall_s": rnd(fixed["n"]["wall"]), "zero_page_run_one_wall_s": rnd(fixed["one"]["wall"]),
+                "baseline_cpu_per_source_s": rnd(bc / n),
             },
         }
     finally:
