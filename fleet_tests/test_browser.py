@@ -20,6 +20,14 @@ def _alive(pid):
         return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
 
 
+def _messages(error):
+    out = []
+    while error is not None:
+        out.append(error.message)
+        error = error.cause
+    return " / ".join(out)
+
+
 def _wait_dead(pid, seconds=15):
     deadline = time.monotonic() + seconds
     while _alive(pid):
@@ -87,10 +95,10 @@ def test_a_crash_of_the_shared_browser_costs_no_source(fleet_env):
     with DagsterInstance.get() as instance:
         runs = instance.get_runs(RunsFilter(tags={"dagster/partition": WEEK}))
         scrape = next(r for r in runs if r.tags.get("fleet/kind") == "scrape")
-        retried = {e.dagster_event.step_key for e in
-                   instance.all_logs(scrape.run_id, of_type=DagsterEventType.STEP_UP_FOR_RETRY)}
-    assert {"raw__kills_browser", "raw__slow_1", "raw__slow_2"} <= retried
-    assert "raw__own" not in retried
-    assert "the browser crashed" in out
+        why = {e.dagster_event.step_key: _messages(e.dagster_event.event_specific_data.error) for e in
+               instance.all_logs(scrape.run_id, of_type=DagsterEventType.STEP_UP_FOR_RETRY)}
+    assert {"raw__kills_browser", "raw__slow_1", "raw__slow_2"} <= set(why)
+    assert "raw__own" not in why
+    assert all("[infra]" in why[k] and "the browser crashed" in why[k] for k in ("raw__slow_1", "raw__slow_2")), why
     # fleet run stops the shared browser when the week is done
     assert not (fleet_env.home / "browser" / "endpoint.json").exists()

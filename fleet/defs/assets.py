@@ -102,12 +102,12 @@ def _md_path(p):
 
 
 def crash_retry_policy() -> RetryPolicy:
-    """Re-execute a crashed source step inside the run, at most ``FLEET_CRASH_RERUNS`` times, 2 s then 4 s…
+    """Re-execute a crashed source step inside the run, at most ``FLEET_CRASH_RERUNS`` times, after 1 s, 2 s, 4 s…
 
     The multiprocess executor applies an asset's retry policy when the step's process dies (SIGKILL, OOM), so the
     crashed source starts again while the rest of the week goes on; a rerun run after the week would cost a
     second pass. A source failure never reaches it: the asset raises ``Failure(allow_retries=False)`` for those."""
-    return RetryPolicy(max_retries=settings().crash_reruns, delay=2, backoff=Backoff.EXPONENTIAL)
+    return RetryPolicy(max_retries=settings().crash_reruns, delay=1, backoff=Backoff.EXPONENTIAL)
 
 
 def raw_asset(source: Source, partitions_def, retry_policy: RetryPolicy | None = None):
