@@ -1,12 +1,28 @@
 """fleet: a weekly fleet of Playwright scrapers as a Dagster asset graph, committed to a Git-LFS data repo.
 
 Public API for scraper authors: ``Scraper``, ``ScrapeContext``, ``RetryPolicy``, ``retry_async``, ``NavigationError``.
+They are imported on first use (PEP 562), so a process that needs only part of fleet, such as the commit
+loop, does not pay for importing polars.
 """
 from fleet.errors import BadRowError, NavigationError, ScraperDefinitionError
-from fleet.scraping.contract import ScrapeContext, Scraper
-from fleet.scraping.retry import RetryPolicy, retry_async, retry_sync
 
 __all__ = [
     "Scraper", "ScrapeContext", "RetryPolicy", "retry_async", "retry_sync",
     "NavigationError", "BadRowError", "ScraperDefinitionError",
 ]
+_LAZY = {"Scraper": "fleet.scraping.contract", "ScrapeContext": "fleet.scraping.contract",
+         "RetryPolicy": "fleet.scraping.retry", "retry_async": "fleet.scraping.retry",
+         "retry_sync": "fleet.scraping.retry"}
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        import importlib
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'fleet' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(__all__))

@@ -4,6 +4,12 @@ touching nothing else, never force-pushing, retrying when another writer moves t
 Each attempt starts from the remote branch (hard reset), restores the artifacts from their snapshot,
 stages only the prefix, pushes the LFS objects before the commit that references them, and confirms that
 the remote branch contains the commit.
+
+The snapshot is a private copy of each artifact, taken once before the first attempt, next to the clone.
+Nothing else writes to it, so every attempt commits the same bytes even if the artifact is replaced
+meanwhile. The content is hashed once, by git-lfs when it stages the file; the loop reads the oid back from
+the staged pointer and checks its size against the snapshot. fleet does not hash the file itself: sha256 of
+1 GB takes ~4 s on a CPU without SHA extensions, as this machine is.
 """
 from __future__ import annotations
 
@@ -17,7 +23,7 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path, PurePosixPath
 
 from fleet.errors import CommitError
@@ -121,7 +127,7 @@ def commit_files(repo: DataRepo, files: dict[str, Path], *, subject: str, body: 
     """Commit ``files`` (path under the prefix -> persisted artifact) to ``repo.branch`` of the remote.
 
     With ``key_with_content`` the trailer's key is ``idempotency_key`` followed by ``:<sha256>`` of each file
-    (in path order), taken from the snapshot, so the caller need not read the files a second time.
+    (in path order): the oid git-lfs computed when it staged the file, so nobody reads the files twice.
 
     Only paths under ``repo.prefix`` change. Returns ``up_to_date`` without committing when the branch
     already holds exactly this content. Raises ``CommitError`` (credentials redacted) when the commit
@@ -148,9 +154,10 @@ def read_commit_log(repo: DataRepo, n: int = 10) -> list[dict[str, str]]:
 class _Artifact:
     rel: str          # relative to the prefix
     path: str         # repository path: prefix + rel
-    source: Path
+    source: Path      # the artifact as given
+    snapshot: Path    # the loop's private copy of it
     size: int
-    sha256: str
+    sha256: str | None = None   # known once git-lfs has staged it
 
 
 class _Retry(Exception):
@@ -167,6 +174,20 @@ def _digest(path: Path) -> tuple[int, str]:
             h.update(view[:n])
             size += n
     return size, h.hexdigest()
+
+
+def _copy(src: Path, dest: Path, progress=None) -> int:
+    """Copy ``src`` to ``dest`` in chunks (bounded memory); return the bytes copied."""
+    copied = 0
+    buf = bytearray(CHUNK)
+    view = memoryview(buf)
+    with open(src, "rb") as fin, open(dest, "wb") as out:
+        while n := fin.readinto(buf):
+            out.write(view[:n])
+            copied += n
+            if progress is not None:
+                progress(dest, copied)
+    return copied
 
 
 def _is_pointer_file(path: Path) -> bool:
@@ -235,37 +256,44 @@ class _Publisher:
     def publish(self, files: dict[str, Path], *, subject: str, body: str, key: str,
                 key_with_content: bool = False) -> CommitResult:
         with self._os_errors():
-            arts = self._snapshot(files)
-        if key_with_content:
-            key = ":".join([key.strip(), *(a.sha256 for a in arts)])
-        message = self._message(subject, body, key)
-        paths = sorted(a.path for a in arts)
+            checked = self._check_inputs(files)
+        self._message(subject, body, key)  # refuse a bad subject or key before touching anything
+        paths = sorted(path for _, path, _ in checked)
         last = "no attempt made"
         with self._locked(), self._os_errors():
-            for attempt in range(1, self.repo.attempts + 1):
-                try:
-                    status, sha = self._attempt(arts, message, key, attempt)
-                except (_Retry, GitFailure) as e:  # an unexpected git failure gets the same bounded retries
-                    last = str(e)
-                    self._warn("commit attempt %d/%d to %s lost: %s", attempt, self.repo.attempts,
-                               self.where, last)
-                    if attempt < self.repo.attempts:
-                        wait = self.repo.base_wait_s * 2 ** (attempt - 1)
-                        time.sleep(wait + random.uniform(0, wait / 2))
-                    continue
-                self._info("%s %s on %s after %d attempt(s)", status, sha, self.where, attempt)
-                return CommitResult(status=status, sha=sha, attempts=attempt, paths=paths)
+            arts = self._snapshot(checked)
+            try:
+                for attempt in range(1, self.repo.attempts + 1):
+                    try:
+                        status, sha = self._attempt(arts, subject, body, key, key_with_content, attempt)
+                    except (_Retry, GitFailure) as e:  # an unexpected git failure gets the same bounded retries
+                        last = str(e)
+                        self._warn("commit attempt %d/%d to %s lost: %s", attempt, self.repo.attempts,
+                                   self.where, last)
+                        if attempt < self.repo.attempts:
+                            wait = self.repo.base_wait_s * 2 ** (attempt - 1)
+                            time.sleep(wait + random.uniform(0, wait / 2))
+                        continue
+                    self._info("%s %s on %s after %d attempt(s)", status, sha, self.where, attempt)
+                    return CommitResult(status=status, sha=sha, attempts=attempt, paths=paths)
+            finally:
+                shutil.rmtree(self._snapshot_dir(), ignore_errors=True)
         raise self._fail(f"could not land commit on {self.where} after {self.repo.attempts} attempts; "
                          f"last rejection: {last}")
 
-    def _attempt(self, arts: list[_Artifact], message: str, key: str, attempt: int) -> tuple[str, str | None]:
+    def _attempt(self, arts: list[_Artifact], subject: str, body: str, key: str, key_with_content: bool,
+                 attempt: int) -> tuple[str, str | None]:
         base = self._prepare()
-        restored = self._restore(arts, base)
+        self._restore(arts)
         attrs = self._ensure_attributes()
-        changed = self._stage([a.path for a in restored] + [attrs], {a.path for a in arts} | {attrs})
+        changed = self._stage([a.path for a in arts] + [attrs], {a.path for a in arts} | {attrs})
         if not changed:
             return "up_to_date", base
-        new_objects = self._verify_staged(restored, changed)
+        staged = self._verify_staged(arts)
+        new_objects = [a for a in staged if a.sha256 and a.path in changed]
+        if key_with_content:
+            key = ":".join([key.strip(), *(a.sha256 for a in staged)])
+        message = self._message(subject, body, key)
         if base is not None and self._already_landed(base, key):
             return "up_to_date", base
         sha = self._commit(message)
@@ -291,10 +319,10 @@ class _Publisher:
         parts.append(f"{TRAILER}: {self.redact(key)}")
         return "\n\n".join(parts) + "\n"
 
-    def _snapshot(self, files: dict[str, Path]) -> list[_Artifact]:
+    def _check_inputs(self, files: dict[str, Path]) -> list[tuple[str, str, Path]]:
         if not files:
             raise self._fail("commit_files needs at least one file")
-        arts = []
+        out = []
         for rel, src in sorted(files.items()):
             parts = PurePosixPath(rel).parts
             if (not parts or rel.startswith("/") or "\\" in rel
@@ -305,12 +333,24 @@ class _Publisher:
                 raise self._fail(f"artifact for {rel} is missing or not a file: {src}")
             if _is_pointer_file(src):
                 raise self._fail(f"artifact for {rel} is a Git LFS pointer, not content: {src}")
-            size, sha = _digest(src)
-            arts.append(_Artifact(rel=rel, path=self.repo.prefix + "/".join(parts), source=src,
-                                  size=size, sha256=sha))
+            out.append((rel, self.repo.prefix + "/".join(parts), src))
+        return out
+
+    def _snapshot_dir(self) -> Path:
+        return self.wd.parent / f".{self.wd.name}.snapshot"
+
+    def _snapshot(self, checked: list[tuple[str, str, Path]]) -> list[_Artifact]:
+        """Copy every artifact into a private snapshot directory (under the loop's lock, so one at a time)."""
+        snap = self._snapshot_dir()
+        shutil.rmtree(snap, ignore_errors=True)  # a previous loop that was killed
+        snap.mkdir(parents=True)
+        arts = []
+        for i, (rel, path, src) in enumerate(checked):
+            dest = snap / f"{i}-{PurePosixPath(rel).name}"
+            size = _copy(src, dest, progress=_on_copy_chunk)
+            arts.append(_Artifact(rel=rel, path=path, source=src, snapshot=dest, size=size))
         return arts
 
-    # -- step 1: a clean working clone at the remote branch ------------------------------------------
     def _ls_remote(self) -> str | None:
         out = self.git.out(["ls-remote", self.remote.url, f"refs/heads/{self.repo.branch}"], None)
         return out.split()[0] if out else None
@@ -388,56 +428,21 @@ class _Publisher:
             return size, None
         return size, parse_pointer(self._g("cat-file", "blob", blob) + "\n")
 
-    def _head_pointers(self, arts: list[_Artifact]) -> dict[str, tuple[str, int]]:
-        """LFS pointers the base commit holds at the artifacts' paths."""
-        found = {}
-        ls = self._g("ls-tree", "-z", "HEAD", "--", *[a.path for a in arts])
-        for rec in filter(None, ls.split("\0")):
-            meta, path = rec.split("\t", 1)
-            _mode, kind, blob = meta.split()
-            if kind == "blob" and (ptr := self._blob(blob)[1]):
-                found[path] = ptr
-        return found
-
-    def _restore(self, arts: list[_Artifact], base: str | None) -> list[_Artifact]:
-        """Copy into the clone every artifact the base commit does not already hold; return those."""
-        present = self._head_pointers(arts) if base else {}
-        todo = [a for a in arts if present.get(a.path) != (a.sha256, a.size)]
-        for a in todo:
+    def _restore(self, arts: list[_Artifact]) -> None:
+        """Put every artifact's snapshot in the clone, hard-linked when the file system allows (git replaces a
+        working-tree file rather than writing into it, and the snapshot is private anyway), else copied."""
+        for a in arts:
             dest = self.wd / a.path
-            self._copy_verified(a, dest)
-        if len(todo) < len(arts):
-            self._info("%d of %d file(s) already on the branch", len(arts) - len(todo), len(arts))
-        return todo
-
-    def _copy_verified(self, art: _Artifact, dest: Path) -> None:
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        tmp = dest.with_name(f".{dest.name}.fleet-tmp-{os.getpid()}-{threading.get_ident()}")
-        h = hashlib.sha256()
-        copied = 0
-        try:
-            with open(art.source, "rb") as src, open(tmp, "wb") as out:
-                while chunk := src.read(CHUNK):
-                    h.update(chunk)
-                    out.write(chunk)
-                    copied += len(chunk)
-                    _on_copy_chunk(dest, copied)
-                out.flush()
-                os.fsync(out.fileno())
-            if (copied, h.hexdigest()) != (art.size, art.sha256):
-                raise self._fail(f"artifact {art.source} changed while committing it "
-                                 f"(snapshot {art.size} bytes sha256 {art.sha256[:12]}, now {copied} bytes "
-                                 f"sha256 {h.hexdigest()[:12]})")
-            os.replace(tmp, dest)
-        finally:
-            tmp.unlink(missing_ok=True)
-        dir_fd = os.open(dest.parent, os.O_RDONLY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
-        if _is_pointer_file(dest) or _digest(dest) != (art.size, art.sha256):
-            raise self._fail(f"restored {art.path} does not match its artifact {art.source}")
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            tmp = dest.with_name(f".{dest.name}.fleet-tmp-{os.getpid()}-{threading.get_ident()}")
+            try:
+                try:
+                    os.link(a.snapshot, tmp)
+                except OSError:
+                    _copy(a.snapshot, tmp)
+                os.replace(tmp, dest)
+            finally:
+                tmp.unlink(missing_ok=True)
 
     def _ensure_attributes(self) -> str:
         """``<prefix>.gitattributes`` tracks parquet with LFS; it lives inside the prefix, so we may write it."""
@@ -465,11 +470,9 @@ class _Publisher:
                              "refusing to commit")
         return changed
 
-    def _verify_staged(self, restored: list[_Artifact], changed: dict[str, str]) -> list[_Artifact]:
-        """Every restored file is staged as the LFS pointer to its artifact (parquet always; other files
-        when LFS-tracked, else with the artifact's size); return the artifacts whose LFS objects are new."""
-        if not restored:
-            return []
+    def _verify_staged(self, restored: list[_Artifact]) -> list[_Artifact]:
+        """Every file is staged as an LFS pointer of its snapshot's size (parquet always; other files when
+        LFS-tracked, else with the snapshot's size); return the artifacts with the oid git-lfs computed."""
         paths = [a.path for a in restored]
         attrs = self._g("check-attr", "-z", "filter", "--", *paths).split("\0")
         lfs = {attrs[i] for i in range(0, len(attrs) - 2, 3) if attrs[i + 2] == "lfs"}
@@ -477,7 +480,7 @@ class _Publisher:
         for rec in filter(None, self._g("ls-files", "-s", "-z", "--", *paths).split("\0")):
             meta, path = rec.split("\t", 1)
             blobs[path] = meta.split()[1]
-        new_objects = []
+        staged = []
         for a in restored:
             blob = blobs.get(a.path)
             if blob is None:
@@ -489,13 +492,13 @@ class _Publisher:
             if a.path not in lfs:
                 if size != a.size:
                     raise self._fail(f"{a.path} staged with {size} bytes, artifact has {a.size}")
+                staged.append(replace(a, sha256=_digest(a.snapshot)[1]))  # small: not in LFS
                 continue
-            if ptr != (a.sha256, a.size):
+            if ptr is None or ptr[1] != a.size:
                 raise self._fail(f"{a.path} is LFS-tracked but was not staged as the pointer to its artifact "
                                  f"(staged {size} bytes); is git-lfs installed?")
-            if a.path in changed:
-                new_objects.append(a)
-        return new_objects
+            staged.append(replace(a, sha256=ptr[0]))
+        return staged
 
     def _already_landed(self, base: str, key: str) -> bool:
         """A commit with our idempotency key whose prefix tree equals what we staged is already there."""
