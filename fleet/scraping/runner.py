@@ -189,6 +189,7 @@ def run_source(source: Source, week: str, *, store: ArtifactStore, run_id: str, 
         "result_path": str(work / f"result-{attempt}.json"),
         "ready_path": str(work / f"ready-{attempt}"),
         "evidence_dir": str(store.path(week, keys.evidence_key(source.name))),
+        "node_cache": str(settings().home / "cache" / "node"),
     }
     browser_dir = None
     if not source.own_browser and settings().browser == "shared":

@@ -75,6 +75,11 @@ async def _capture(page, evidence_dir: Path, log, budget_s: float) -> dict:
 async def run(spec: dict) -> dict:
     from playwright.async_api import async_playwright
 
+    if spec.get("node_cache"):
+        # Playwright's driver is a Node.js process per worker; Node keeps its compiled code here between them
+        # (NODE_COMPILE_CACHE, Node >= 22), which saves part of every driver start.
+        os.environ.setdefault("NODE_COMPILE_CACHE", spec["node_cache"])
+
     source = Source(name=spec["source"], module_path=Path(spec["module_path"]), class_name=spec["class_name"],
                     description="", schema=None, key=(), timeout_s=spec["timeout_s"])
     work = Path(spec["work_dir"])
