@@ -60,7 +60,7 @@ def write_sources(where: Path, n: int, k: int, pages: int) -> list[str]:
 
 def run(quick: bool, repeats: int) -> dict:
     from fleet.demo.sites import DemoSites
-    n, k, cap, pages, latency_ms = (20, 2, 5, 6, 1000) if quick else (40, 4, 10, 10, 1000)
+    n, k, cap, pages, latency_ms = (10, 1, 5, 6, 1000) if quick else (40, 4, 10, 10, 1000)
     tmp = Path(tempfile.mkdtemp(prefix="bench-crash-"))
     fleet_bin = str(Path(PY).parent / "fleet")
     sites = DemoSites(latency_ms=latency_ms).start()

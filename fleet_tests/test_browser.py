@@ -2,6 +2,7 @@
 that Chromium costs (the sources in flight are re-executed in the run; none is lost)."""
 import json
 import os
+import re
 import time
 
 import pytest
@@ -84,6 +85,9 @@ def test_a_crash_of_the_shared_browser_costs_no_source(fleet_env):
     res = run_fleet(env, "run", "--week", WEEK, "--force")
     out = res.stdout + res.stderr
     assert res.returncode == 0, out[-5000:]
+    # the workers were forked from their steps (not started cold), and `own` launched a browser of its own
+    assert re.search(r"\[slow_1\] worker \d+ started \(forked from the step, context in the shared browser", out), out[-3000:]
+    assert re.search(r"\[own\] worker \d+ started \(forked from the step, browser of its own", out), out[-3000:]
     killed = int((counters / "killed_chromium").read_text())
     assert not _alive(killed)
     frame = committed_frame(fleet_env.remote, f"data/{WEEK}/raw.parquet")
