@@ -5,13 +5,13 @@ browser over the DevTools protocol (``connect_over_cdp``) and open a fresh conte
 own cookies, storage and cache, like an incognito window. What stays isolated:
 
 - each source's Python code still runs in its own worker process, killed as a whole at its hard timeout.
-  Playwright creates each context with ``disposeOnDetach``, so Chromium closes the context and its pages as
-  soon as that worker's connection drops;
+  Chromium closes a context and its pages as soon as the connection of the worker that created it drops
+  (Playwright creates contexts to be disposed on detach; checked by killing a worker with a page open);
 - a renderer crash takes down only that source's tab (Chromium runs a renderer per site).
 
-What is shared is the browser process. If it dies, every source using it at that moment fails with
-category ``infra``, and the run-failure sensor re-executes them. The next source to start launches a new
-browser. A scraper that must not share (extensions, a custom profile, flags) sets ``own_browser = True``,
+What is shared is the browser process. If it dies, every source using it at that moment fails at once with
+category ``infra``, and the run re-executes those steps (the raw assets' retry policy). The next source to
+start launches a new browser. A scraper that must not share (extensions, a custom profile, flags) sets ``own_browser = True``,
 and ``FLEET_BROWSER=own`` turns sharing off for everyone.
 
 The browser runs under a small host process, ``python -m fleet.scraping.browser serve DIR``, which:
@@ -152,7 +152,7 @@ def _stop(info: dict) -> None:
 
 
 def stop(directory: Path) -> None:
-    """Stop the shared browser in ``directory`` now, if one runs (tests and ``fleet`` commands call this)."""
+    """Stop the shared browser in ``directory`` now, leases or not, if one runs (the tests clean up with this)."""
     if not directory.exists():
         return
     with _locked(directory):
