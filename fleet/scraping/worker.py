@@ -44,27 +44,35 @@ def _first_line(exc: BaseException) -> str:
 
 
 async def _capture(page, evidence_dir: Path, log, budget_s: float) -> dict:
-    """The page's HTML, then a full-page screenshot, within ``budget_s`` (what is left before the hard kill,
-    at most 8 s: a busy browser on a loaded machine can take seconds to render one)."""
+    """The page's HTML and a full-page screenshot, taken side by side, each within ``budget_s`` (what is left
+    before the hard kill, at most 8 s: on a loaded machine a busy browser can take seconds for either)."""
     out = {}
     if page is None or page.is_closed():
         return out
     evidence_dir.mkdir(parents=True, exist_ok=True)
     budget_s = max(0.5, min(8.0, budget_s))
-    started = time.monotonic()
-    try:
-        html = evidence_dir / "page.html"
-        html.write_text(await asyncio.wait_for(page.content(), budget_s * 0.4), encoding="utf-8")
-        out["html"] = str(html)
-    except Exception as exc:  # evidence is best effort; the failure itself is what matters
-        log.warning("could not save the page HTML: %s", _first_line(exc))
-    try:
-        shot = evidence_dir / "screenshot.png"
-        left = max(0.3, budget_s - (time.monotonic() - started))
-        await page.screenshot(path=str(shot), full_page=True, timeout=left * 1000)
-        out["screenshot"] = str(shot)
-    except Exception as exc:
-        log.warning("could not take a screenshot: %s", _first_line(exc))
+    html, shot = evidence_dir / "page.html", evidence_dir / "screenshot.png"
+
+    async def save_html():
+        html.write_text(await asyncio.wait_for(page.content(), budget_s), encoding="utf-8")
+        return "html", str(html)
+
+    async def save_screenshot():
+        # A full-page capture of a long page can take seconds when one shared browser renders many pages on
+        # a loaded machine; the visible part is still worth having.
+        try:
+            await page.screenshot(path=str(shot), full_page=True, timeout=budget_s * 600)
+        except Exception as exc:
+            log.warning("full-page screenshot failed (%s); keeping the visible part", _first_line(exc))
+            await page.screenshot(path=str(shot), timeout=budget_s * 400)
+        return "screenshot", str(shot)
+
+    for what, result in zip(("the page HTML", "a screenshot"),
+                            await asyncio.gather(save_html(), save_screenshot(), return_exceptions=True)):
+        if isinstance(result, BaseException):  # evidence is best effort; the failure itself is what matters
+            log.warning("could not save %s: %s", what, _first_line(result))
+        else:
+            out[result[0]] = result[1]
     try:
         out["page_url"] = page.url
     except Exception:
