@@ -84,10 +84,13 @@ def run(quick: bool, repeats: int) -> dict:
                 if r["rc"] != 0 or ok != n or rows != n * pages:
                     raise RuntimeError(f"{kind} run exited {r['rc']} with {ok}/{n} ok sources and {rows} rows:\n"
                                        f"{r['output'][-3000:]}")
-                if kind == "crash":
-                    crashed = [o["source"] for o in outcomes
-                               if (home / "artifacts" / WEEK / "work" / o["source"] / "checkpoint.json").exists()]
-                    r["crashed"] = crashed
+                # The crash must really have happened, and been re-executed: a crashing source leaves its
+                # checkpoint and two attempts' spools; every other source (and every source of a clean week) one.
+                work = home / "artifacts" / WEEK / "work"
+                attempts = {p.name: len(list(p.glob("rows-*.jsonl"))) for p in work.iterdir()}
+                expected = {f"src_{i:03d}": 2 if kind == "crash" and f"src_{i:03d}" in crashing else 1 for i in range(n)}
+                if attempts != expected:
+                    raise RuntimeError(f"{kind} run: attempts per source {attempts}, expected {expected}")
                 runs[kind].append(r)
         cw, bw = median([r["wall"] for r in runs["crash"]]), median([r["wall"] for r in runs["clean"]])
         ratio, goal = cw / bw, 1 + 1.2 * k / n
