@@ -52,6 +52,7 @@ def test_one_browser_is_shared_leased_and_stopped(tmp_path, monkeypatch):
     _wait_dead(info["chromium_pid"])
     _wait_dead(info["host_pid"])
     assert not (d / "endpoint.json").exists()
+    assert not list(d.glob("profile-*"))  # the stopped browser's profile is removed with it
 
 
 def test_a_dead_browser_is_replaced_and_an_idle_one_stops_itself(tmp_path, monkeypatch):

@@ -147,8 +147,9 @@ def _start(directory: Path, chromium: str) -> dict:
     raise FleetError(f"the shared browser ({chromium}) did not start within {START_TIMEOUT_S:g}s:\n{tail}")
 
 
-def _stop(info: dict) -> None:
+def _stop(directory: Path, info: dict) -> None:
     kill_pids([info["host_pid"], *descendants(info["host_pid"]), info["chromium_pid"], *descendants(info["chromium_pid"])])
+    shutil.rmtree(directory / f"profile-{info['host_pid']}", ignore_errors=True)  # the killed host cannot
 
 
 def stop(directory: Path) -> None:
@@ -158,7 +159,7 @@ def stop(directory: Path) -> None:
     with _locked(directory):
         info = _read_endpoint(directory)
         if info is not None:
-            _stop(info)
+            _stop(directory, info)
         (directory / "endpoint.json").unlink(missing_ok=True)
 
 
@@ -173,7 +174,7 @@ def stop_if_idle(directory: Path) -> bool:
             return True
         if _live_leases(directory):
             return False
-        _stop(info)
+        _stop(directory, info)
         (directory / "endpoint.json").unlink(missing_ok=True)
         return True
 
