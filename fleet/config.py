@@ -36,7 +36,7 @@ class Settings:
     crash_reruns: int
     start_week: str
     git_token: str | None
-    browser: str = "shared"     # shared: a context per source in one Chromium; own: a Chromium per source
+    browser: str = "own"        # own: a Chromium per source; shared: a context per source in one Chromium
     compute_logs: bool = False  # Dagster's per-step stdout/stderr capture (tail -F + 2 watcher interpreters per step)
 
     @property
@@ -63,7 +63,8 @@ def settings() -> Settings:
         raise FleetError(f"FLEET_DATA_PREFIX must be a relative folder inside the repository, got {prefix!r}")
     if not prefix.endswith("/"):
         prefix += "/"
-    browser = os.environ.get("FLEET_BROWSER", "shared").strip() or "shared"
+    # Sharing is opt-in: under load a shared Chromium sometimes took no screenshot of a failed page at all.
+    browser = os.environ.get("FLEET_BROWSER", "own").strip() or "own"
     if browser not in ("shared", "own"):
         raise FleetError(f"FLEET_BROWSER must be 'shared' or 'own', got {browser!r}")
     return Settings(

@@ -82,7 +82,7 @@ def test_a_crash_of_the_shared_browser_costs_no_source(fleet_env):
     counters = fleet_env.tmp / "counters"
     counters.mkdir()
     env = {**fleet_env.env, "FLEET_SCRAPERS_DIR": str(ROOT / "fleet_tests" / "scrapers_browser"),
-           "FLEET_TEST_COUNTER_DIR": str(counters), "FLEET_MAX_PARALLEL": "4"}
+           "FLEET_TEST_COUNTER_DIR": str(counters), "FLEET_MAX_PARALLEL": "4", "FLEET_BROWSER": "shared"}
     res = run_fleet(env, "run", "--week", WEEK, "--force")
     out = res.stdout + res.stderr
     assert res.returncode == 0, out[-5000:]

@@ -1,7 +1,8 @@
 """One Chromium per ``FLEET_HOME``, shared by the scrape workers; each source gets a browser context of its own.
 
-Launching Chromium costs every source about a second of CPU. Source workers therefore connect to a shared
-browser over the DevTools protocol (``connect_over_cdp``) and open a fresh context in it. A context has its
+Launching Chromium costs every source about a second of CPU. With ``FLEET_BROWSER=shared`` (opt-in; the
+default is a Chromium per source), source workers connect to a shared browser over the DevTools protocol
+(``connect_over_cdp``) and open a fresh context in it. A context has its
 own cookies, storage and cache, like an incognito window. What stays isolated:
 
 - each source's Python code still runs in its own worker process, killed as a whole at its hard timeout.
@@ -11,8 +12,10 @@ own cookies, storage and cache, like an incognito window. What stays isolated:
 
 What is shared is the browser process. If it dies, every source using it at that moment fails at once with
 category ``infra``, and the run re-executes those steps (the raw assets' retry policy). The next source to
-start launches a new browser. A scraper that must not share (extensions, a custom profile, flags) sets ``own_browser = True``,
-and ``FLEET_BROWSER=own`` turns sharing off for everyone.
+start launches a new browser. A scraper that must not share (extensions, a custom profile, flags) sets ``own_browser = True``.
+Sharing is not the default because, on a loaded machine, the fault demo's broken_selector sometimes got no
+screenshot at all from the shared browser, even from a viewport-only capture. A failure should carry its
+screenshot (see BENCHMARKS.md).
 
 The browser runs under a small host process, ``python -m fleet.scraping.browser serve DIR``, which:
 
