@@ -43,7 +43,7 @@ class Crash{i:03d}(Scraper):
                     and not ctx.checkpoint.get("crashed"):
                 ctx.checkpoint["crashed"] = True
                 ctx.save_checkpoint()
-                os.kill(os.getppid(), signal.SIGKILL)  # the Dagster step process dies mid-scrape
+                os.kill(ctx.step_pid, signal.SIGKILL)  # the Dagster step process dies mid-scrape
 '''
 
 

@@ -13,6 +13,7 @@ import click
 from fleet.config import PROJECT_ROOT, settings
 from fleet.errors import FleetError
 from fleet.scraping import browser as shared_browser
+from fleet.scraping import pool
 from fleet.weeks import last_complete_week, parse_week, week_key
 
 EXIT_OK, EXIT_PARTIAL, EXIT_NOTHING = 0, 1, 2
@@ -95,6 +96,7 @@ def run_week(week: str, sources: tuple[str, ...] = (), deep: tuple[str, ...] = (
             if action.kind == "publish":
                 publish_run = run
                 break
+        pool.stop_idle(s.home / "workers")
         shared_browser.stop_if_idle(s.browser_dir)
         return report(instance, week, names, publish_run, echo, selected=list(sources or names))
 

@@ -37,6 +37,7 @@ class Settings:
     start_week: str
     git_token: str | None
     browser: str = "own"        # own: a Chromium per source; shared: a context per source in one Chromium
+    workers: str = "warm"       # warm: workers keep Playwright and a browser between sources; fresh: one per attempt
     compute_logs: bool = False  # Dagster's per-step stdout/stderr capture (tail -F + 2 watcher interpreters per step)
 
     @property
@@ -67,6 +68,9 @@ def settings() -> Settings:
     browser = os.environ.get("FLEET_BROWSER", "own").strip() or "own"
     if browser not in ("shared", "own"):
         raise FleetError(f"FLEET_BROWSER must be 'shared' or 'own', got {browser!r}")
+    workers = os.environ.get("FLEET_WORKERS", "warm").strip() or "warm"
+    if workers not in ("warm", "fresh"):
+        raise FleetError(f"FLEET_WORKERS must be 'warm' or 'fresh', got {workers!r}")
     return Settings(
         home=home,
         data_remote=os.environ.get("FLEET_DATA_REMOTE") or str(home / "data-remote.git"),
@@ -77,6 +81,7 @@ def settings() -> Settings:
         start_week=os.environ.get("FLEET_START_WEEK", "2026-01-05"),
         git_token=os.environ.get("FLEET_GIT_TOKEN") or None,
         browser=browser,
+        workers=workers,
         compute_logs=os.environ.get("FLEET_COMPUTE_LOGS", "0") == "1",
     )
 

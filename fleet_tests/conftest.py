@@ -40,6 +40,8 @@ def fleet_env(tmp_path):
     env.update(FLEET_HOME=str(home), FLEET_DATA_REMOTE=str(remote), FLEET_DEMO_LATENCY_MS="20",
                FLEET_START_WEEK="2026-01-05", PYTHONPATH=str(ROOT))
     yield SimpleNamespace(env=env, home=home, remote=remote, tree_before=ls_tree(remote), tmp=tmp_path)
-    # A test that ran sources outside `fleet run` (the UI, run_source) leaves the shared browser idling.
-    from fleet.scraping import browser
+    # A test that ran sources outside `fleet run` (the UI, run_source) leaves warm workers and the shared
+    # browser idling.
+    from fleet.scraping import browser, pool
+    pool.stop(home / "workers")
     browser.stop(home / "browser")

@@ -43,7 +43,7 @@ import time
 from pathlib import Path
 
 from fleet.errors import FleetError
-from fleet.scraping.procs import descendants, kill_pids
+from fleet.scraping.procs import alive as _alive, descendants, kill_pids
 
 # on top of Playwright's own switches: the same extras as a worker's own browser, and the DevTools port
 CHROMIUM_FLAGS = ["--disable-background-networking", "--disable-component-update", "--disable-sync",
@@ -57,20 +57,6 @@ def idle_seconds() -> float:
         return max(0.0, float(raw))
     except ValueError:
         raise FleetError(f"FLEET_BROWSER_IDLE_S must be a number of seconds, got {raw!r}") from None
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:  # a zombie is not alive
-        with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
 
 
 @contextlib.contextmanager
@@ -129,25 +115,35 @@ def release(directory: Path, holder: int | None = None) -> None:
     (directory / "leases" / str(holder or os.getpid())).unlink(missing_ok=True)
 
 
+# Starts the host in a session of its own and exits at once, printing the host's pid. The host is then no
+# process's descendant: a worker that started it can be killed with all its descendants (at its timeout, or
+# when idle) without taking the browser that other sources use.
+_LAUNCHER = ("import subprocess, sys; p = subprocess.Popen(sys.argv[1:], stdin=subprocess.DEVNULL, stdout=sys.stderr, "
+             "stderr=sys.stderr, start_new_session=True, close_fds=True); print(p.pid)")
+
+
 def _start(directory: Path, chromium: str) -> dict:
     (directory / "endpoint.json").unlink(missing_ok=True)
-    log = open(directory / "host.log", "ab")
-    proc = subprocess.Popen([sys.executable, "-m", "fleet.scraping.browser", "serve", str(directory), chromium],
-                            stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
-                            close_fds=True)
-    log.close()
+    with open(directory / "host.log", "ab") as log:
+        launched = subprocess.run([sys.executable, "-c", _LAUNCHER, sys.executable, "-m", "fleet.scraping.browser",
+                                   "serve", str(directory), chromium],
+                                  stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=log, close_fds=True,
+                                  check=True, text=True)
+    host = int(launched.stdout.strip())
     deadline = time.monotonic() + START_TIMEOUT_S
     while time.monotonic() < deadline:
         info = _read_endpoint(directory)
         if info is not None:
             return info
-        if proc.poll() is not None:
+        if not _alive(host):
             break
         time.sleep(0.02)
-    if proc.poll() is None:
-        proc.kill()
+    exited = not _alive(host)
+    if not exited:
+        kill_pids([host, *descendants(host)])
+    why = "its host exited" if exited else f"it did not start within {START_TIMEOUT_S:g}s"
     tail = (directory / "host.log").read_text(errors="replace")[-2000:]
-    raise FleetError(f"the shared browser ({chromium}) did not start within {START_TIMEOUT_S:g}s:\n{tail}")
+    raise FleetError(f"the shared browser ({chromium}) is not available: {why}:\n{tail}")
 
 
 def _stop(directory: Path, info: dict) -> None:

@@ -27,6 +27,8 @@ class Scraper:
       key        natural key columns; rows are unique by it
       timeout_s  hard limit for one run of this source, in seconds
       own_browser  launch a Chromium of its own instead of a context in the shared one (see fleet/scraping/browser.py)
+      own_process  run each attempt in a new worker process instead of a warm one that other sources used
+                   before (see fleet/scraping/pool.py): for a scraper that changes process-wide state
     The class docstring becomes the asset's description in the UI.
     """
 
@@ -35,6 +37,7 @@ class Scraper:
     key: ClassVar[tuple[str, ...]] = ()
     timeout_s: ClassVar[float] = 600
     own_browser: ClassVar[bool] = False
+    own_process: ClassVar[bool] = False
     # Volume check thresholds (#8), overridable per scraper.
     volume_warn_ratio: ClassVar[float] = 0.5
     volume_error_ratio: ClassVar[float] = 0.1
@@ -75,8 +78,9 @@ class Scraper:
         timeout = getattr(cls, "timeout_s", None)
         if not isinstance(timeout, (int, float)) or timeout <= 0:
             raise ScraperDefinitionError(f"scraper {name!r}: timeout_s must be a positive number, got {timeout!r}")
-        if not isinstance(getattr(cls, "own_browser", False), bool):
-            raise ScraperDefinitionError(f"scraper {name!r}: own_browser must be True or False, got {cls.own_browser!r}")
+        for flag in ("own_browser", "own_process"):
+            if not isinstance(getattr(cls, flag, False), bool):
+                raise ScraperDefinitionError(f"scraper {name!r}: {flag} must be True or False, got {getattr(cls, flag)!r}")
         import inspect
 
         if not inspect.isasyncgenfunction(cls.scrape) or cls.scrape is Scraper.scrape:
@@ -109,12 +113,16 @@ class ScrapeContext:
         retry: RetryPolicy | None = None,
         logger: logging.Logger | None = None,
         progress_path: Path | None = None,
+        step_pid: int | None = None,
     ):
         self.source = source
         self.week = week
         self.run_id = run_id
         self.deep = deep
         self.deadline = deadline  # time.monotonic() value, or None
+        # The Dagster step process this attempt runs for (not this process's parent: workers are reused).
+        # fleet's crash tests kill it to stand for a worker crash; scrapers have no other use for it.
+        self.step_pid = step_pid
         self.retry_policy = retry or RetryPolicy()
         self.log = _SourceAdapter(logger or logging.getLogger(f"fleet.scraper.{source}"), {"run_id": run_id, "source": source})
         self.pages_visited = 0

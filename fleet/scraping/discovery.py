@@ -27,6 +27,7 @@ class Source:
     timeout_s: float
     error: str | None = None  # set for a broken module or class: the source fails with it when run
     own_browser: bool = False
+    own_process: bool = False
 
     @property
     def broken(self) -> bool:
@@ -110,7 +111,7 @@ def discover(dirs: list[Path]) -> list[Source]:
                     continue
                 add(Source(name=cls.name, module_path=path, class_name=cls.__name__, description=cls.description(),
                            schema=dict(cls.schema), key=tuple(cls.key), timeout_s=float(cls.timeout_s),
-                           own_browser=cls.own_browser))
+                           own_browser=cls.own_browser, own_process=cls.own_process))
     by_name: dict[str, list[Source]] = {}
     for src in candidates:
         by_name.setdefault(src.name, []).append(src)

@@ -1,8 +1,23 @@
-"""Process-tree helpers shared by the runner (killing a worker) and the shared browser's host."""
+"""Process-tree helpers shared by the runner (killing a worker), the warm worker pool and the shared browser."""
 from __future__ import annotations
 
 import os
 import signal
+
+
+def alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie does not)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
 
 
 def descendants(pid: int) -> list[int]:

@@ -1,7 +1,9 @@
-"""Run one source for one week in its own worker process, with a hard timeout, and store its raw artifact.
+"""Run one source for one week in a worker process, with a hard timeout, and store its raw artifact.
 
 This is the isolation boundary: whatever the scraper does (raise, hang in asyncio, block in C, crash the
-browser), the caller gets an ``Outcome`` back within ``timeout_s`` plus a few seconds.
+browser), the caller gets an ``Outcome`` back within ``timeout_s`` plus a few seconds. The worker is a warm one
+from the pool (fleet/scraping/pool.py), or, for ``own_process`` scrapers and ``FLEET_WORKERS=fresh``, one
+forked for this attempt alone. Either way, at the limit it is killed with its browser.
 """
 from __future__ import annotations
 
@@ -20,6 +22,7 @@ from typing import Any
 from fleet.config import chromium_path, settings
 from fleet.errors import BadRowError, FleetError
 from fleet.scraping import browser as shared_browser
+from fleet.scraping import pool
 from fleet.scraping.discovery import Source
 from fleet.scraping.procs import descendants, kill_pids
 from fleet.storage import store as keys
@@ -179,6 +182,7 @@ def run_source(source: Source, week: str, *, store: ArtifactStore, run_id: str, 
         store.write_json(week, keys.outcome_key(source.name), out.to_json())
         return out
 
+    s = settings()
     timeout = float(timeout_s or source.timeout_s)
     attempt = f"{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:6]}"
     spec = {
@@ -189,29 +193,52 @@ def run_source(source: Source, week: str, *, store: ArtifactStore, run_id: str, 
         "result_path": str(work / f"result-{attempt}.json"),
         "ready_path": str(work / f"ready-{attempt}"),
         "evidence_dir": str(store.path(week, keys.evidence_key(source.name))),
-        "node_cache": str(settings().home / "cache" / "node"),
+        "node_cache": str(s.home / "cache" / "node"),
+        "step_pid": os.getpid(),
     }
-    browser_dir = None
-    if not source.own_browser and settings().browser == "shared":
-        browser_dir = settings().browser_dir
-        try:
-            spec["cdp_endpoint"] = shared_browser.acquire(browser_dir, spec["chromium"])
-        except FleetError as exc:  # a browser of its own is slower, not wrong
-            log_line(f"[run {run_id}] [{source.name}] no shared browser ({exc}); launching one for this source")
-            browser_dir = None
+    shared = not source.own_browser and s.browser == "shared"
+    warm = not source.own_process and s.workers == "warm"
     spec_path = work / f"spec-{attempt}.json"
-    spec_path.write_text(json.dumps(spec))
-    started = time.monotonic()
-    try:
-        proc = start_worker(spec_path)
-    except BaseException:
-        if browser_dir is not None:
-            shared_browser.release(browser_dir)
-        raise
+    browser_dir = None
+    start_error = None
+    if warm:
+        spec.update(env=dict(os.environ), cwd=os.getcwd())  # a warm worker takes on this step's world
+        spec_path.write_text(json.dumps(spec))
+        started = time.monotonic()
+        try:
+            proc = pool.lease(s.home / "workers" / ("shared" if shared else "own"), chromium=spec["chromium"],
+                              browser_dir=s.browser_dir if shared else None, node_cache=spec["node_cache"],
+                              startup_limit=STARTUP_LIMIT_S)
+            proc.start(spec_path)
+            started = time.monotonic()
+        except pool.WorkerStartError as exc:
+            proc, start_error = None, str(exc)
+        else:
+            how = "a new warm worker" if proc.new else f"warm, its source no. {proc.served + 1}"
+    else:
+        if shared:
+            browser_dir = s.browser_dir
+            try:
+                spec["cdp_endpoint"] = shared_browser.acquire(browser_dir, spec["chromium"])
+            except FleetError as exc:  # a browser of its own is slower, not wrong
+                log_line(f"[run {run_id}] [{source.name}] no shared browser ({exc}); launching one for this source")
+                browser_dir, shared = None, False
+        spec_path.write_text(json.dumps(spec))
+        started = time.monotonic()
+        try:
+            proc = start_worker(spec_path)
+        except BaseException:
+            if browser_dir is not None:
+                shared_browser.release(browser_dir)
+            raise
+        how = "forked from the step" if isinstance(proc, ForkedWorker) else "new interpreter"
+    if proc is None:
+        result = {"status": "failed", "category": "infra", "error": f"source {source.name}: {start_error}"}
+        log_line(f"[run {run_id}] [{source.name}] {result['error']}")
+        return _finish(source, week, store, run_id, attempt, deep, work, result, 0.0)
 
     log_line(f"[run {run_id}] [{source.name}] worker {proc.pid} started "
-             f"({'forked from the step' if isinstance(proc, ForkedWorker) else 'new interpreter'}, "
-             f"{'context in the shared browser' if browser_dir else 'browser of its own'}; limit {timeout:g}s)")
+             f"({how}, {'context in the shared browser' if shared else 'browser of its own'}; limit {timeout:g}s)")
 
     def pump():
         for line in proc.stderr:
@@ -246,11 +273,12 @@ def run_source(source: Source, week: str, *, store: ArtifactStore, run_id: str, 
         if browser_dir is not None:
             shared_browser.release(browser_dir)
     pump_thread.join(timeout=2)
+    if isinstance(proc, pool.Lease):
+        proc.release()
     seconds = round(time.monotonic() - (ready_at or started), 3)
 
     result_path = Path(spec["result_path"])
     result = json.loads(result_path.read_text()) if result_path.exists() else None
-    last_url = (work / "last_url.txt").read_text() if (work / "last_url.txt").exists() else None
     if timed_out or (result and result.get("status") == "timeout"):
         result = {**(result or {}), "status": "timeout", "category": "source",
                   "error": f"source {source.name}: timed out after {seconds:.1f}s (limit {timeout:g}s); "
@@ -259,11 +287,22 @@ def run_source(source: Source, week: str, *, store: ArtifactStore, run_id: str, 
         result = {"status": "failed", "category": "infra",
                   "error": f"source {source.name}: the browser did not start within {STARTUP_LIMIT_S:g}s"}
     elif result is None:
-        code = proc.returncode
-        why = f"killed by signal {signal.Signals(-code).name}" if code and code < 0 else f"exit code {code}"
         result = {"status": "failed", "category": "infra",
-                  "error": f"source {source.name}: the scrape worker died without reporting ({why})"}
+                  "error": f"source {source.name}: the scrape worker died without reporting ({_exit_reason(proc)})"}
+    return _finish(source, week, store, run_id, attempt, deep, work, result, seconds)
 
+
+def _exit_reason(proc) -> str:
+    if isinstance(proc, pool.Lease):
+        return proc.exit_reason()
+    code = proc.returncode
+    return f"killed by signal {signal.Signals(-code).name}" if code and code < 0 else f"exit code {code}"
+
+
+def _finish(source: Source, week: str, store: ArtifactStore, run_id: str, attempt: str, deep: bool, work: Path,
+            result: dict, seconds: float) -> Outcome:
+    """Turn an attempt's result into its outcome; keep its rows (merged with earlier attempts') as the raw artifact."""
+    last_url = (work / "last_url.txt").read_text() if (work / "last_url.txt").exists() else None
     out = Outcome(source=source.name, week=week, status=result["status"], category=result.get("category"),
                   pages=result.get("pages", 0), error=result.get("error"), url=result.get("url") or last_url,
                   evidence=result.get("evidence") or {}, seconds=seconds, run_id=run_id, attempt=attempt, deep=deep)

@@ -1,9 +1,12 @@
-"""The scrape worker: one process per source attempt, killed as a whole at its hard timeout.
+"""A source attempt: the scraper runs in a fresh browser context, and its worker process is killed as a whole at
+the hard timeout.
 
-The runner forks it from the step process (or runs ``python -m fleet.scraping.worker SPEC.json``). It opens
-a browser context of its own, in the shared Chromium (``spec["cdp_endpoint"]``) or in a Chromium it
-launches. It streams validated rows to a spool file, so a timeout keeps what was collected, and on failure
-it keeps a screenshot and the page HTML.
+:func:`scrape` runs one attempt in a browser it is given. A warm worker (fleet/scraping/pool.py) calls it for
+one source after another with the same browser. A worker of its own (``own_process``, ``FLEET_WORKERS=fresh``)
+is forked by the runner, or started as ``python -m fleet.scraping.worker SPEC.json``, and runs :func:`run`:
+it starts Playwright, opens the shared Chromium (``spec["cdp_endpoint"]``) or one of its own, and scrapes once.
+Rows are streamed to a spool file, so a timeout keeps what was collected, and on failure the attempt keeps a
+screenshot and the page HTML.
 """
 from __future__ import annotations
 
@@ -80,14 +83,41 @@ async def _capture(page, evidence_dir: Path, log, budget_s: float) -> dict:
     return out
 
 
-async def run(spec: dict) -> dict:
-    from playwright.async_api import async_playwright
+LAUNCH_ARGS = ["--disable-background-networking", "--disable-component-update", "--disable-sync", "--no-first-run",
+               "--disable-quic"]
 
+
+def use_node_cache(spec: dict) -> None:
     if spec.get("node_cache"):
         # Playwright's driver is a Node.js process per worker; Node keeps its compiled code here between them
         # (NODE_COMPILE_CACHE, Node >= 22), which saves part of every driver start.
         os.environ.setdefault("NODE_COMPILE_CACHE", spec["node_cache"])
 
+
+async def open_browser(pw, spec: dict):
+    """The shared Chromium (``spec["cdp_endpoint"]``) or a Chromium of this worker's own."""
+    if spec.get("cdp_endpoint"):
+        # The shared browser: contexts created here die with this process's connection (disposeOnDetach).
+        return await pw.chromium.connect_over_cdp(spec["cdp_endpoint"], timeout=60_000)
+    return await pw.chromium.launch(executable_path=spec["chromium"], headless=True, args=LAUNCH_ARGS)
+
+
+async def run(spec: dict) -> dict:
+    """One source attempt in a worker of its own: start Playwright and a browser, scrape, close."""
+    from playwright.async_api import async_playwright
+
+    use_node_cache(spec)
+    async with async_playwright() as pw:
+        browser = await open_browser(pw, spec)
+        try:
+            return await scrape(browser, spec)
+        finally:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(browser.close(), 10)  # a shared browser: this only disconnects
+
+
+async def scrape(browser, spec: dict) -> dict:
+    """One source attempt in a fresh browser context of ``browser``; the context is closed before returning."""
     source = Source(name=spec["source"], module_path=Path(spec["module_path"]), class_name=spec["class_name"],
                     description="", schema=None, key=(), timeout_s=spec["timeout_s"])
     work = Path(spec["work_dir"])
@@ -105,7 +135,7 @@ async def run(spec: dict) -> dict:
     ctx = ScrapeContext(source=source.name, week=dt.date.fromisoformat(spec["week"]), run_id=spec["run_id"],
                         deep=spec["deep"], state_dir=work, deadline=deadline,
                         retry=RetryPolicy(**spec.get("retry", {})), logger=log,
-                        progress_path=work / "last_url.txt")
+                        progress_path=work / "last_url.txt", step_pid=spec.get("step_pid"))
     browser_gone = {"flag": False}
     gone = asyncio.Event()  # set when the browser or this source's renderer dies: no page will answer again
 
@@ -113,18 +143,12 @@ async def run(spec: dict) -> dict:
         browser_gone["flag"] = True
         gone.set()
 
-    page = None
     # Soft deadline: leave a little time before the hard kill to save evidence of an async hang.
     grace = min(3.0, spec["timeout_s"] * 0.4)
-    async with async_playwright() as pw:
-        if spec.get("cdp_endpoint"):
-            # The shared browser: this context dies with this process's connection (disposeOnDetach).
-            browser = await pw.chromium.connect_over_cdp(spec["cdp_endpoint"], timeout=60_000)
-        else:
-            browser = await pw.chromium.launch(executable_path=spec["chromium"], headless=True,
-                                               args=["--disable-background-networking", "--disable-component-update",
-                                                     "--disable-sync", "--no-first-run", "--disable-quic"])
-        browser.on("disconnected", on_gone)
+    browser.on("disconnected", on_gone)
+    try:
+        if not browser.is_connected():
+            on_gone()
         context = await browser.new_context()
         page = await context.new_page()
         page.on("crash", on_gone)
@@ -171,11 +195,10 @@ async def run(spec: dict) -> dict:
             (evidence_dir / "error.txt").write_text(result.get("traceback") or result.get("error", ""))
         result.update(rows=count, pages=ctx.pages_visited, url=result.get("url") or ctx.last_url,
                       seconds=round(time.monotonic() - start, 3))
-        try:
+        with contextlib.suppress(Exception):
             await asyncio.wait_for(context.close(), 10)
-            await asyncio.wait_for(browser.close(), 10)  # a shared browser: this only disconnects
-        except Exception:
-            pass
+    finally:
+        browser.remove_listener("disconnected", on_gone)
     return result
 
 
@@ -202,6 +225,20 @@ async def _until_gone(work, gone: asyncio.Event, timeout: float):
     raise asyncio.TimeoutError()
 
 
+def failure_result(spec: dict, exc: BaseException) -> dict:
+    """The result of an attempt that failed outside the scraper: its module did not load, or no browser."""
+    infra = any(m in str(exc) for m in ("Executable doesn't exist", "connect_over_cdp")) or "launch" in str(exc).lower()
+    return {"status": "failed", "category": "infra" if infra else "source",
+            "error": f"source {spec['source']}: {type(exc).__name__}: {exc}",
+            "error_type": type(exc).__name__, "traceback": traceback.format_exc(), "rows": 0, "pages": 0}
+
+
+def write_result(spec: dict, result: dict) -> None:
+    tmp = Path(spec["result_path"] + ".tmp")
+    tmp.write_text(json.dumps(result, default=str))
+    os.replace(tmp, spec["result_path"])
+
+
 def main(argv: list[str], forked: bool = False) -> int:
     _die_with_parent()
     spec = json.loads(Path(argv[1]).read_text())
@@ -216,13 +253,8 @@ def main(argv: list[str], forked: bool = False) -> int:
     try:
         result = asyncio.run(run(spec))
     except BaseException as exc:  # the module failed to load, or the browser could not start
-        infra = any(m in str(exc) for m in ("Executable doesn't exist", "connect_over_cdp")) or "launch" in str(exc).lower()
-        result = {"status": "failed", "category": "infra" if infra else "source",
-                  "error": f"source {spec['source']}: {type(exc).__name__}: {exc}",
-                  "error_type": type(exc).__name__, "traceback": traceback.format_exc(), "rows": 0, "pages": 0}
-    tmp = Path(spec["result_path"] + ".tmp")
-    tmp.write_text(json.dumps(result, default=str))
-    os.replace(tmp, spec["result_path"])
+        result = failure_result(spec, exc)
+    write_result(spec, result)
     return 0
 
 

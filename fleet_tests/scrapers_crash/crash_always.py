@@ -18,6 +18,6 @@ class CrashAlways(Scraper):
     async def scrape(self, page, ctx):
         with open(os.path.join(os.environ["FLEET_TEST_COUNTER_DIR"], self.name), "a") as fh:
             fh.write("x")
-        os.kill(os.getppid(), signal.SIGKILL)
+        os.kill(ctx.step_pid, signal.SIGKILL)
         await asyncio.sleep(30)
         yield {"id": 1}

@@ -21,7 +21,7 @@ class CrashOnce(Scraper):
         if not ctx.checkpoint.get("crashed"):
             ctx.checkpoint["crashed"] = True
             ctx.save_checkpoint()
-            os.kill(os.getppid(), signal.SIGKILL)  # the step process: Dagster sees a crashed child
+            os.kill(ctx.step_pid, signal.SIGKILL)  # the step process: Dagster sees a crashed child
             await asyncio.sleep(30)
         await page.set_content("<ul><li>one</li><li>two</li></ul>")
         for i, li in enumerate(await page.locator("li").all()):

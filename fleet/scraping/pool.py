@@ -1,0 +1,490 @@
+"""Warm scrape workers: a source attempt runs in a worker that keeps Playwright and its browser between sources.
+
+A new worker per attempt costs, on the 2-core machine of BENCHMARKS.md, about 2 CPU-s for Playwright's Node.js
+driver, 1 CPU-s to launch Chromium and 0.3 CPU-s for the process, before it scrapes anything. A warm worker
+pays that once. What each source still gets for itself:
+
+- a new browser context (its own cookies, storage and cache) in the worker's browser;
+- a fresh import of its scraper module, and the environment and working directory of the step that runs it;
+- the same hard limit: at its timeout the step kills the worker with its driver and browser, and the next
+  source gets another worker;
+- the same crash handling: if the worker dies, the source fails as infra and its step is re-executed.
+
+A worker is reused only after a clean finish: the source returned ok or empty, the browser is still
+connected, and the scraper left no task or thread running. After anything else the worker exits. It also
+exits after ``FLEET_WORKER_MAX_SOURCES`` sources (default 50) and after ``FLEET_WORKER_IDLE_S`` seconds
+(default 30) with nothing to do; ``fleet run`` stops the idle ones when its week is done. A scraper that must
+not share a process with sources before it sets ``own_process = True``; ``FLEET_WORKERS=fresh`` turns warm
+workers off altogether.
+
+Files in a pool's directory (``FLEET_HOME/workers/own`` or ``.../shared``), per worker ``ID``:
+
+- ``ID.lock``: held (flock) by the step using the worker. A step takes a worker by locking it without
+  waiting, so one worker serves one source at a time, and the pool never holds more workers than sources
+  ran at once;
+- ``ID.pid``: written by the step that started the worker;
+- ``ID.sock``: the worker's socket, created once its browser is up;
+- ``ID.log``: what the worker writes between sources.
+
+Protocol, one connection per source: the worker greets with ``fleet-worker PID SERVED``, the step sends the
+path of the attempt's spec (see fleet/scraping/runner.py), and the worker streams the attempt's log lines
+back, then a done line that says whether it stays. The connection is also the lifeline: if the step dies
+mid-source, the worker sees the connection close, kills its browser and exits, so no source outlives its step.
+"""
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import fcntl
+import json
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from pathlib import Path
+
+from fleet.errors import FleetError
+from fleet.scraping.procs import alive, descendants, kill_pids
+
+GREETING = "fleet-worker"
+DONE = "\x1efleet-worker-done"
+CONNECT_TIMEOUT_S = 10.0
+
+
+class WorkerStartError(FleetError):
+    """A new worker exited or did not get its browser up in time (an infra failure)."""
+
+
+def _number(name: str, default: float, cast=float):
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value = cast(raw)
+    except ValueError:
+        raise FleetError(f"{name} must be a number, got {raw!r}") from None
+    if value < 0:
+        raise FleetError(f"{name} must not be negative, got {raw!r}")
+    return value
+
+
+def idle_seconds() -> float:
+    return _number("FLEET_WORKER_IDLE_S", 30.0)
+
+
+def max_sources() -> int:
+    return max(1, _number("FLEET_WORKER_MAX_SOURCES", 50, int))
+
+
+def _paths(directory: Path, wid: str) -> dict[str, Path]:
+    return {k: directory / f"{wid}.{k}" for k in ("lock", "pid", "sock", "log")}
+
+
+def _remove(directory: Path, wid: str) -> None:
+    for path in _paths(directory, wid).values():
+        path.unlink(missing_ok=True)
+
+
+def _read_pid(directory: Path, wid: str) -> int | None:
+    try:
+        return int((directory / f"{wid}.pid").read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _kill(pid: int) -> None:
+    kill_pids([pid, *descendants(pid)])
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, signal.SIGKILL)
+
+
+def _wait_gone(pids: list[int], seconds: float = 5.0) -> None:
+    deadline = time.monotonic() + seconds
+    while any(alive(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.02)
+
+
+class Lease:
+    """A warm worker held by one step for one source, with the subset of ``subprocess.Popen`` the runner uses
+    (``pid``, ``stderr``, ``poll``, ``wait``, ``returncode``). :meth:`release` gives it back."""
+
+    def __init__(self, directory: Path, wid: str, pid: int, served: int, conn: socket.socket, reader, lock_fd: int,
+                 popen: subprocess.Popen | None):
+        self.directory, self.wid, self.pid, self.served = directory, wid, pid, served
+        self.popen = popen  # set when this step started the worker
+        self.returncode: int | None = None
+        self.finished: str | None = None  # "reuse" or "retire", once the worker said it is done
+        self._conn, self._reader, self._lock_fd = conn, reader, lock_fd
+        self._ended = threading.Event()
+
+    @property
+    def new(self) -> bool:
+        return self.popen is not None
+
+    def start(self, spec_path: Path) -> None:
+        self._conn.sendall(f"{spec_path}\n".encode())
+
+    @property
+    def stderr(self):
+        """The attempt's log lines, up to the worker's done line or its end."""
+        try:
+            for line in self._reader:
+                if line.startswith(DONE):
+                    self.finished = line[len(DONE):].strip() or "retire"
+                    break
+                yield line
+        except (OSError, ValueError):
+            pass
+        finally:
+            self._ended.set()
+
+    def poll(self) -> int | None:
+        if self.returncode is None and self._ended.is_set():
+            if self.finished:
+                self.returncode = 0
+            elif self.popen is not None:
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    self.popen.wait(2)
+                self.returncode = self.popen.returncode if self.popen.returncode is not None else -1
+            else:
+                self.returncode = -1  # not our child: its exit status is not ours to read
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        if not self._ended.wait(timeout):
+            raise subprocess.TimeoutExpired(f"worker {self.pid}", timeout)
+        return self.poll()
+
+    def exit_reason(self) -> str:
+        code = self.poll()
+        if code is None or (code == -1 and self.popen is None):
+            return "it was started by an earlier step, so its exit status is unknown here"
+        return f"killed by signal {signal.Signals(-code).name}" if code < 0 else f"exit code {code}"
+
+    def release(self) -> None:
+        """Give the worker back if it said it stays; otherwise make sure it is gone and clear its files."""
+        for closeable in (self._reader, self._conn):
+            with contextlib.suppress(OSError):
+                closeable.close()
+        if self.finished != "reuse":
+            if self.finished is None:  # killed at its limit, or died: nothing of it may live on
+                _kill(self.pid)
+            _remove(self.directory, self.wid)
+            if self.popen is not None:
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    self.popen.wait(5)
+        os.close(self._lock_fd)  # unlocks
+
+
+def _connect(directory: Path, wid: str, pid: int, lock_fd: int, popen) -> Lease:
+    conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        conn.settimeout(CONNECT_TIMEOUT_S)
+        conn.connect(str(directory / f"{wid}.sock"))
+        reader = conn.makefile("r", encoding="utf-8", errors="replace")
+        word, said_pid, served = reader.readline().split()
+        if word != GREETING or int(said_pid) != pid:
+            raise ValueError(f"unexpected greeting from worker {wid}")
+        conn.settimeout(None)
+    except BaseException:
+        conn.close()
+        raise
+    return Lease(directory, wid, pid, int(served), conn, reader, lock_fd, popen)
+
+
+def _try_take(directory: Path, wid: str) -> Lease | None:
+    lock = directory / f"{wid}.lock"
+    try:
+        fd = os.open(lock, os.O_RDWR)
+    except FileNotFoundError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        if os.fstat(fd).st_ino != os.stat(lock).st_ino:  # cleared away while we opened it
+            raise FileNotFoundError(lock)
+    except (BlockingIOError, FileNotFoundError):
+        os.close(fd)
+        return None
+    pid = _read_pid(directory, wid)
+    if pid is not None and alive(pid) and not (directory / f"{wid}.sock").exists():
+        os.close(fd)  # still starting up for a step that gave up on it; it will idle out
+        return None
+    if pid is not None and alive(pid):
+        try:
+            return _connect(directory, wid, pid, fd, None)
+        except (OSError, ValueError):
+            _kill(pid)  # alive but not answering: it is ours to clear, we hold its lock
+    _remove(directory, wid)
+    os.close(fd)
+    return None
+
+
+def lease(directory: Path, *, chromium: str, browser_dir: Path | None, node_cache: str,
+          startup_limit: float) -> Lease:
+    """An idle warm worker of ``directory``, or a new one once its browser is up. Raises ``WorkerStartError``."""
+    directory.mkdir(parents=True, exist_ok=True)
+    for lock in sorted(directory.glob("*.lock"), key=lambda p: p.name):
+        taken = _try_take(directory, lock.name[:-len(".lock")])
+        if taken is not None:
+            return taken
+    return _start(directory, chromium=chromium, browser_dir=browser_dir, node_cache=node_cache,
+                  startup_limit=startup_limit)
+
+
+def _start(directory: Path, *, chromium: str, browser_dir: Path | None, node_cache: str,
+           startup_limit: float) -> Lease:
+    wid = uuid.uuid4().hex[:12]
+    paths = _paths(directory, wid)
+    # The lock appears already held (renamed into place), so no other step can take a half-started worker.
+    tmp_lock = directory / f".{wid}.lock"
+    fd = os.open(tmp_lock, os.O_CREAT | os.O_RDWR, 0o600)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    try:
+        with open(paths["log"], "ab") as log:
+            popen = subprocess.Popen(
+                [sys.executable, "-m", "fleet.scraping.pool", "serve", str(directory), wid, chromium,
+                 str(browser_dir or ""), node_cache],
+                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, close_fds=True)
+        paths["pid"].write_text(str(popen.pid))
+        os.replace(tmp_lock, paths["lock"])
+        deadline = time.monotonic() + startup_limit
+        while not paths["sock"].exists():
+            if popen.poll() is not None:
+                tail = paths["log"].read_text(errors="replace")[-2000:]
+                raise WorkerStartError(f"the scrape worker exited with code {popen.returncode} before its browser "
+                                       f"was up:\n{tail}")
+            if time.monotonic() > deadline:
+                raise WorkerStartError(f"the browser did not start within {startup_limit:g}s")
+            time.sleep(0.02)
+        return _connect(directory, wid, popen.pid, fd, popen)
+    except BaseException as exc:
+        if "popen" in locals():
+            _kill(popen.pid)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                popen.wait(5)
+        _remove(directory, wid)
+        tmp_lock.unlink(missing_ok=True)
+        os.close(fd)
+        if isinstance(exc, (OSError, ValueError)):
+            raise WorkerStartError(f"the new scrape worker did not answer: {exc}") from exc
+        raise
+
+
+def _kinds(root: Path) -> list[Path]:
+    return [d for d in root.iterdir() if d.is_dir()] if root.exists() else []
+
+
+def stop_idle(root: Path) -> int:
+    """Stop the warm workers under ``root`` that no step is using now (``fleet run`` calls this when its week is
+    done); return how many were stopped."""
+    stopped = []
+    for directory in _kinds(root):
+        for lock in directory.glob("*.lock"):
+            wid = lock.name[:-len(".lock")]
+            try:
+                fd = os.open(lock, os.O_RDWR)
+            except FileNotFoundError:
+                continue
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(fd)
+                continue
+            pid = _read_pid(directory, wid)
+            if pid is not None and alive(pid):
+                _kill(pid)
+                stopped.append(pid)
+            _remove(directory, wid)
+            os.close(fd)
+    _wait_gone(stopped)  # so that their leases on the shared browser no longer count
+    return len(stopped)
+
+
+def stop(root: Path) -> None:
+    """Stop every warm worker under ``root``, in use or not (the tests clean up with this)."""
+    stopped = []
+    for directory in _kinds(root):
+        for pid_file in directory.glob("*.pid"):
+            wid = pid_file.name[:-len(".pid")]
+            pid = _read_pid(directory, wid)
+            if pid is not None and alive(pid):
+                _kill(pid)
+                stopped.append(pid)
+            _remove(directory, wid)
+    _wait_gone(stopped)
+
+
+# --- the worker -------------------------------------------------------------------------------------------
+
+def _retire_if_unclaimed(directory: Path, wid: str) -> bool:
+    """Idle for long enough: leave, unless a step has just locked this worker to use it."""
+    try:
+        fd = os.open(directory / f"{wid}.lock", os.O_RDWR)
+    except FileNotFoundError:
+        return True
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return False
+    _remove(directory, wid)
+    os.close(fd)
+    return True
+
+
+def _abort(directory: Path, wid: str) -> None:
+    """The step this source runs for is gone: so is the source, with this worker, its driver and browser."""
+    _remove(directory, wid)
+    kill_pids(descendants(os.getpid()))
+    os._exit(1)
+
+
+def _playwright_task(task: asyncio.Task) -> bool:
+    code = getattr(task.get_coro(), "cr_code", None)
+    return code is not None and f"{os.sep}playwright{os.sep}" in code.co_filename
+
+
+def _left_behind(tasks_before: set, threads_before: set) -> list[str]:
+    """Tasks and threads a scraper started and did not finish: a reason not to reuse this process."""
+    current = asyncio.current_task()
+    tasks = [t for t in asyncio.all_tasks() if t is not current and t not in tasks_before and not t.done()
+             and not _playwright_task(t)]
+    for t in tasks:
+        t.cancel()
+    threads = [t for t in threading.enumerate()
+               if t not in threads_before and not t.name.startswith("asyncio_") and t.is_alive()]
+    return [f"task {t.get_name()}" for t in tasks] + [f"thread {t.name}" for t in threads]
+
+
+async def _serve_one(conn: socket.socket, browser, served: int, cap: int, directory: Path, wid: str) -> bool:
+    """One source on one connection; True if this worker may take another."""
+    from fleet.scraping import worker
+    from fleet.scraping.discovery import module_name_for
+
+    loop = asyncio.get_running_loop()
+    conn.setblocking(True)
+    conn.settimeout(CONNECT_TIMEOUT_S)
+    try:
+        conn.sendall(f"{GREETING} {os.getpid()} {served}\n".encode())
+        reader = conn.makefile("r", encoding="utf-8")
+        spec_path = reader.readline().strip()
+    except OSError:
+        spec_path = ""
+    if not spec_path:  # the step went away before asking for anything
+        conn.close()
+        return True
+    conn.settimeout(None)
+    out = conn.makefile("w", buffering=1, encoding="utf-8", errors="replace")
+    spec = json.loads(Path(spec_path).read_text())
+    # The step's world, not the one of whichever step started this worker.
+    os.environ.clear()
+    os.environ.update(spec.get("env") or {})
+    with contextlib.suppress(OSError, KeyError):
+        os.chdir(spec["cwd"])
+    sys.modules.pop(module_name_for(Path(spec["module_path"])), None)  # its code as it is now
+    saved = sys.stdout, sys.stderr
+    sys.stdout = sys.stderr = out
+    logging.basicConfig(level=logging.INFO, stream=out, format="%(message)s", force=True)
+
+    def lifeline():
+        try:
+            data = conn.recv(1, socket.MSG_DONTWAIT)
+        except BlockingIOError:
+            return
+        except OSError:
+            data = b""
+        if not data:
+            _abort(directory, wid)
+
+    tasks_before, threads_before = set(asyncio.all_tasks()), set(threading.enumerate())
+    loop.add_reader(conn.fileno(), lifeline)
+    stays = False
+    try:
+        try:
+            result = await worker.scrape(browser, spec)
+        except Exception as exc:  # the module did not load, or the browser would not open a context
+            result = worker.failure_result(spec, exc)
+        finally:
+            loop.remove_reader(conn.fileno())
+        worker.write_result(spec, result)
+        await asyncio.sleep(0)
+        left = _left_behind(tasks_before, threads_before)
+        stays = (result.get("status") in ("ok", "empty") and browser.is_connected() and not left
+                 and served + 1 < cap)
+        if left:
+            print(f"warm worker {os.getpid()}: the scraper left {', '.join(left)} running; this worker will not "
+                  f"be reused", file=out)
+        out.write(f"\n{DONE} {'reuse' if stays else 'retire'}\n")
+        out.flush()
+    finally:
+        sys.stdout, sys.stderr = saved
+        logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(message)s", force=True)
+        for closeable in (out, conn):
+            with contextlib.suppress(OSError):
+                closeable.close()
+    return stays
+
+
+async def _serve(directory: Path, wid: str, chromium: str, browser_dir: Path | None, node_cache: str) -> None:
+    from playwright.async_api import async_playwright
+
+    from fleet.scraping import browser as shared_browser
+    from fleet.scraping import worker
+
+    spec = {"chromium": chromium, "node_cache": node_cache}
+    worker.use_node_cache(spec)
+    if browser_dir is not None:
+        spec["cdp_endpoint"] = shared_browser.acquire(browser_dir, chromium)  # held until this worker exits
+    loop = asyncio.get_running_loop()
+    idle_limit, cap = idle_seconds(), max_sources()
+    async with async_playwright() as pw:
+        browser = await worker.open_browser(pw, spec)
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        tmp = directory / f".{wid}.sock"
+        tmp.unlink(missing_ok=True)
+        listener.bind(str(tmp))
+        listener.listen(4)
+        os.replace(tmp, directory / f"{wid}.sock")  # appears only once the browser is up
+        listener.setblocking(False)
+        served, idle_since = 0, time.monotonic()
+        try:
+            while browser.is_connected():
+                try:
+                    conn, _ = await asyncio.wait_for(loop.sock_accept(listener), timeout=1.0)
+                except asyncio.TimeoutError:
+                    if time.monotonic() - idle_since >= idle_limit and _retire_if_unclaimed(directory, wid):
+                        break
+                    continue
+                if not await _serve_one(conn, browser, served, cap, directory, wid):
+                    break
+                served += 1
+                idle_since = time.monotonic()
+        finally:
+            listener.close()
+            (directory / f"{wid}.sock").unlink(missing_ok=True)
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(browser.close(), 10)
+
+
+def serve(directory: Path, wid: str, chromium: str, browser_dir: str, node_cache: str) -> int:
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(message)s", force=True)
+    try:
+        asyncio.run(_serve(directory, wid, chromium, Path(browser_dir) if browser_dir else None, node_cache))
+    finally:
+        if browser_dir:
+            from fleet.scraping import browser as shared_browser
+            shared_browser.release(Path(browser_dir))
+        (directory / f"{wid}.sock").unlink(missing_ok=True)
+        (directory / f"{wid}.pid").unlink(missing_ok=True)
+    return 0
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 7 or sys.argv[1] != "serve":
+        sys.exit("usage: python -m fleet.scraping.pool serve DIR ID CHROMIUM BROWSER_DIR NODE_CACHE")
+    sys.exit(serve(Path(sys.argv[2]), *sys.argv[3:]))

@@ -1,0 +1,148 @@
+"""Warm workers (fleet/scraping/pool.py), through real Chromium: reused only after a clean finish, each source in a
+fresh context with its step's environment and a fresh import of its module, and never outliving its step."""
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import polars as pl
+import pytest
+
+from fleet.config import settings
+from fleet.errors import FleetError
+from fleet.scraping import pool
+from fleet.scraping.discovery import discover
+from fleet.scraping.procs import alive, descendants
+from fleet.scraping.runner import run_source
+from fleet.storage.store import LocalArtifactStore, raw_key
+from fleet_tests.conftest import ROOT, WEEK
+
+SCRAPERS = ROOT / "fleet_tests" / "scrapers_pool"
+
+
+class Lines:
+    def __init__(self):
+        self.lines = []
+
+    def info(self, line):
+        self.lines.append(line)
+
+    def __str__(self):
+        return "\n".join(self.lines)
+
+
+@pytest.fixture
+def home(tmp_path, monkeypatch):
+    home = tmp_path / "home"
+    home.mkdir()
+    for name in list(os.environ):
+        if name.startswith("FLEET_"):
+            monkeypatch.delenv(name)
+    monkeypatch.setenv("FLEET_HOME", str(home))
+    monkeypatch.setenv("FLEET_TEST_COUNTER_DIR", str(tmp_path))
+    yield home
+    pool.stop(home / "workers")
+
+
+def _run(home, name, log=None):
+    source = {s.name: s for s in discover([SCRAPERS])}[name]
+    store = LocalArtifactStore(home / "artifacts")
+    out = run_source(source, WEEK, store=store, run_id="test", refresh=True, log=log)
+    rows = pl.read_parquet(store.path(WEEK, raw_key(name))).to_dicts() if out.status == "ok" else []
+    return out, rows
+
+
+def _wait_dead(pid, seconds=15):
+    deadline = time.monotonic() + seconds
+    while alive(pid):
+        assert time.monotonic() < deadline, f"process {pid} still alive"
+        time.sleep(0.1)
+
+
+def _files(home):
+    return sorted(p.name for p in (home / "workers" / "own").iterdir() if not p.name.startswith("."))
+
+
+def test_a_warm_worker_runs_each_source_in_a_fresh_context_with_its_steps_world(home, tmp_path, monkeypatch):
+    seen = []
+    for i, cwd in enumerate([tmp_path, home]):
+        monkeypatch.setenv("FLEET_TEST_PROBE", f"value-{i}")
+        monkeypatch.chdir(cwd)
+        out, rows = _run(home, "probe")
+        assert out.status == "ok", out.error
+        seen.append(rows[0])
+    assert seen[0]["pid"] == seen[1]["pid"]  # the same worker ran both
+    assert [r["cookies_at_start"] for r in seen] == [0, 0]  # the first source's cookie did not reach the second
+    assert [r["probe_env"] for r in seen] == ["value-0", "value-1"]
+    assert [r["cwd"] for r in seen] == [str(tmp_path), str(home)]
+    assert [r["calls"] for r in seen] == [1, 1]  # the module is imported afresh for each source
+    assert pool.stop_idle(home / "workers") == 1
+    _wait_dead(seen[0]["pid"])
+    assert _files(home) == []
+
+
+def test_a_worker_is_reused_only_after_a_clean_finish(home, tmp_path):
+    log = Lines()
+    out, rows = _run(home, "probe", log)
+    first = rows[0]["pid"]
+    # the hang takes the idle warm worker; at its limit the worker is killed with its browser, not reused
+    out, _ = _run(home, "hangs", log)
+    assert out.status == "timeout" and out.category == "source", out
+    assert int((tmp_path / "hangs.pid").read_text()) == first
+    _wait_dead(first)
+    # a source that leaves a task running gets a new worker, which then retires
+    out, rows = _run(home, "leaky", log)
+    leaky = rows[0]["pid"]
+    assert out.status == "ok" and leaky != first
+    assert "left task left-running running; this worker will not be reused" in str(log)
+    _wait_dead(leaky)
+    # own_process: forked from the step, never a warm worker
+    out, rows = _run(home, "loner", log)
+    assert out.status == "ok" and "[loner] worker" in str(log) and "(forked from the step" in str(log)
+    _wait_dead(rows[0]["pid"])
+    out, rows = _run(home, "probe", log)
+    assert out.status == "ok" and rows[0]["pid"] not in (first, leaky)
+    assert "(a new warm worker, browser of its own" in str(log)
+    files = _files(home)  # only the idle worker's: the killed and retired ones were cleared away
+    assert len({f.split(".")[0] for f in files}) == 1, files
+    assert sorted(f.split(".")[1] for f in files) == ["lock", "log", "pid", "sock"]
+
+
+def test_a_warm_worker_dies_with_its_step(home, tmp_path):
+    """The step process is SIGKILLed mid-source: the worker, its driver and its Chromium go too, at once."""
+    code = ("from pathlib import Path; from fleet.scraping.discovery import discover;"
+            "from fleet.scraping.runner import run_source; from fleet.storage.store import LocalArtifactStore;"
+            f"s = {{x.name: x for x in discover([Path({str(SCRAPERS)!r})])}}['lingers'];"
+            f"run_source(s, {WEEK!r}, store=LocalArtifactStore({str(home / 'artifacts')!r}), run_id='t')")
+    step = subprocess.Popen([sys.executable, "-c", code], env={**os.environ, "PYTHONPATH": str(ROOT)})
+    marker = tmp_path / "lingers.pid"
+    deadline = time.monotonic() + 90
+    while not marker.exists():
+        assert step.poll() is None and time.monotonic() < deadline, "lingers never started"
+        time.sleep(0.1)
+    worker = int(marker.read_text())
+    tree = [worker, *descendants(worker)]
+    assert len(tree) >= 3  # the worker, Playwright's driver and Chromium's processes
+    step.send_signal(signal.SIGKILL)
+    step.wait()
+    for pid in tree:
+        _wait_dead(pid, seconds=10)
+    assert _files(home) == []
+
+
+def test_an_idle_worker_leaves_by_itself(home, monkeypatch):
+    monkeypatch.setenv("FLEET_WORKER_IDLE_S", "1")
+    out, rows = _run(home, "probe")
+    assert out.status == "ok"
+    _wait_dead(rows[0]["pid"], seconds=20)
+    assert _files(home) == []
+
+
+def test_bad_worker_settings_are_clear_errors(monkeypatch):
+    monkeypatch.setenv("FLEET_WORKERS", "pooled")
+    with pytest.raises(FleetError, match="FLEET_WORKERS must be 'warm' or 'fresh', got 'pooled'"):
+        settings()
+    monkeypatch.setenv("FLEET_WORKER_IDLE_S", "soon")
+    with pytest.raises(FleetError, match="FLEET_WORKER_IDLE_S must be a number, got 'soon'"):
+        pool.idle_seconds()
