@@ -12,49 +12,14 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+from bench import fleet_overhead
 from bench.util import PY, median, rnd, run_measured
 
 WEEK = "2026-11-16"
-TEMPLATE = '''import os
-import signal
-
-import polars as pl
-
-from fleet import Scraper
-
-
-class Crash{i:03d}(Scraper):
-    """crash_recovery bench source {i}: visits {pages} demo pages{crash_doc}."""
-
-    name = "src_{i:03d}"
-    schema = {{"page": pl.Int64, "title": pl.String}}
-    key = ("page",)
-    timeout_s = 300
-
-    async def scrape(self, page, ctx):
-        base = os.environ["FLEET_DEMO_URL"].rstrip("/")
-        for j in range({pages}):
-            url = f"{{base}}/?week={{ctx.week.isoformat()}}&src={i}&p={{j}}"
-            if ctx.seen(url):  # fetched by an attempt that crashed; its row is in that attempt's spool
-                continue
-            await ctx.goto(page, url)
-            yield {{"page": j, "title": await page.title()}}
-            if {crashes} and j == {pages} // 2 and os.environ.get("FLEET_BENCH_CRASH") == "1" \\
-                    and not ctx.checkpoint.get("crashed"):
-                ctx.checkpoint["crashed"] = True
-                ctx.save_checkpoint()
-                os.kill(ctx.step_pid, signal.SIGKILL)  # the Dagster step process dies mid-scrape
-'''
-
-
 def write_sources(where: Path, n: int, k: int, pages: int) -> list[str]:
-    where.mkdir(parents=True, exist_ok=True)
     # spread the crashing sources over the week rather than putting them all in the first wave
-    crashing = {round(j * n / k) for j in range(k)} if k else set()
-    for i in range(n):
-        c = i in crashing
-        (where / f"src_{i:03d}.py").write_text(TEMPLATE.format(
-            i=i, pages=pages, crashes=c, crash_doc="; its step process is SIGKILLed once" if c else ""))
+    crashing = frozenset(round(j * n / k) for j in range(k)) if k else frozenset()
+    fleet_overhead.write_sources(where, n, pages, prefix="src", crashing=crashing)
     return [f"src_{i:03d}" for i in sorted(crashing)]
 
 

@@ -1,6 +1,6 @@
-"""fleet_overhead: latency-bound sources through `fleet run` (a Dagster step, a worker process and a browser
-context per source; consolidation; two commits) vs one asyncio loop, one Chromium, cap-many concurrent pages,
-the same scrapers.
+"""fleet_overhead: latency-bound sources through `fleet run` (a Dagster step and a browser context per source,
+in warm worker processes; consolidation; two commits) vs one asyncio loop, one Chromium, cap-many concurrent
+pages, the same scrapers.
 
 Also measures fleet's fixed cost per source: `fleet run` over n sources that visit no page, minus one."""
 from __future__ import annotations
@@ -15,16 +15,17 @@ from bench.util import PY, ROOT, median, rnd, run_measured
 
 WEEK = "2026-11-16"
 TEMPLATE = '''import os
+import signal
 
 import polars as pl
 
 from fleet import Scraper
 
 
-class Lat{i:03d}(Scraper):
-    """Latency-bound bench source {i}: visits {pages} demo pages."""
+class Src{i:03d}(Scraper):
+    """Latency-bound bench source {i}: visits {pages} demo pages{crash_doc}."""
 
-    name = "lat_{i:03d}"
+    name = "{prefix}_{i:03d}"
     schema = {{"page": pl.Int64, "title": pl.String}}
     key = ("page",)
     timeout_s = 300
@@ -32,17 +33,28 @@ class Lat{i:03d}(Scraper):
     async def scrape(self, page, ctx):
         base = os.environ["FLEET_DEMO_URL"].rstrip("/")
         for j in range({pages}):
-            await ctx.goto(page, f"{{base}}/?week={{ctx.week.isoformat()}}&src={i}&p={{j}}")
+            url = f"{{base}}/?week={{ctx.week.isoformat()}}&src={i}&p={{j}}"
+            if ctx.seen(url):  # fetched by an attempt that crashed; its row is in that attempt's spool
+                continue
+            await ctx.goto(page, url)
             yield {{"page": j, "title": await page.title()}}
+            if {crashes} and j == {pages} // 2 and os.environ.get("FLEET_BENCH_CRASH") == "1" \\
+                    and not ctx.checkpoint.get("crashed"):
+                ctx.checkpoint["crashed"] = True
+                ctx.save_checkpoint()
+                os.kill(ctx.step_pid, signal.SIGKILL)  # the Dagster step process dies mid-scrape
         if {pages} == 0:  # the fixed-cost probe: one row, no page
             yield {{"page": 0, "title": "-"}}
 '''
 
 
-def write_sources(where: Path, n: int, pages: int) -> None:
+def write_sources(where: Path, n: int, pages: int, *, prefix: str = "lat", crashing: frozenset = frozenset()) -> None:
+    """n latency-bound scraper modules; those in ``crashing`` SIGKILL their step once (crash_recovery)."""
     where.mkdir(parents=True, exist_ok=True)
     for i in range(n):
-        (where / f"lat_{i:03d}.py").write_text(TEMPLATE.format(i=i, pages=pages))
+        c = i in crashing
+        (where / f"{prefix}_{i:03d}.py").write_text(TEMPLATE.format(
+            i=i, pages=pages, prefix=prefix, crashes=c, crash_doc="; its step process is SIGKILLed once" if c else ""))
 
 
 def _child_json(r: dict) -> dict:

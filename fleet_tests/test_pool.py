@@ -77,6 +77,8 @@ def test_a_warm_worker_runs_each_source_in_a_fresh_context_with_its_steps_world(
     assert [r["probe_env"] for r in seen] == ["value-0", "value-1"]
     assert [r["cwd"] for r in seen] == [str(tmp_path), str(home)]
     assert [r["calls"] for r in seen] == [1, 1]  # the module is imported afresh for each source
+    specs = list((home / "artifacts").rglob("spec-*.json"))
+    assert specs and not any("value-" in p.read_text() for p in specs)  # the environment never reaches disk
     assert pool.stop_idle(home / "workers") == 1
     _wait_dead(seen[0]["pid"])
     assert _files(home) == []

@@ -26,8 +26,9 @@ Files in a pool's directory (``FLEET_HOME/workers/own`` or ``.../shared``), per 
 - ``ID.sock``: the worker's socket, created once its browser is up;
 - ``ID.log``: what the worker writes between sources.
 
-Protocol, one connection per source: the worker greets with ``fleet-worker PID SERVED``, the step sends the
-path of the attempt's spec (see fleet/scraping/runner.py), and the worker streams the attempt's log lines
+Protocol, one connection per source: the worker greets with ``fleet-worker PID SERVED``, the step sends one
+JSON line: the path of the attempt's spec (see fleet/scraping/runner.py), its environment and its working
+directory. The worker streams the attempt's log lines
 back, then a done line that says whether it stays. The connection is also the lifeline: if the step dies
 mid-source, the worker sees the connection close, kills its browser and exits, so no source outlives its step.
 """
@@ -126,8 +127,10 @@ class Lease:
     def new(self) -> bool:
         return self.popen is not None
 
-    def start(self, spec_path: Path) -> None:
-        self._conn.sendall(f"{spec_path}\n".encode())
+    def start(self, spec_path: Path, env: dict[str, str], cwd: str) -> None:
+        """Run the attempt of ``spec_path`` with the step's environment and working directory. They go over the
+        socket, never to disk: the environment may hold secrets (FLEET_GIT_TOKEN, a site's password)."""
+        self._conn.sendall((json.dumps({"spec": str(spec_path), "env": env, "cwd": cwd}) + "\n").encode())
 
     @property
     def stderr(self):
@@ -371,21 +374,22 @@ async def _serve_one(conn: socket.socket, browser, served: int, cap: int, direct
     conn.settimeout(CONNECT_TIMEOUT_S)
     try:
         conn.sendall(f"{GREETING} {os.getpid()} {served}\n".encode())
-        reader = conn.makefile("r", encoding="utf-8")
-        spec_path = reader.readline().strip()
+        with conn.makefile("r", encoding="utf-8") as reader:
+            request = reader.readline().strip()
     except OSError:
-        spec_path = ""
-    if not spec_path:  # the step went away before asking for anything
+        request = ""
+    if not request:  # the step went away before asking for anything
         conn.close()
         return True
     conn.settimeout(None)
     out = conn.makefile("w", buffering=1, encoding="utf-8", errors="replace")
-    spec = json.loads(Path(spec_path).read_text())
+    request = json.loads(request)
+    spec = json.loads(Path(request["spec"]).read_text())
     # The step's world, not the one of whichever step started this worker.
     os.environ.clear()
-    os.environ.update(spec.get("env") or {})
-    with contextlib.suppress(OSError, KeyError):
-        os.chdir(spec["cwd"])
+    os.environ.update(request["env"])
+    with contextlib.suppress(OSError):
+        os.chdir(request["cwd"])
     sys.modules.pop(module_name_for(Path(spec["module_path"])), None)  # its code as it is now
     saved = sys.stdout, sys.stderr
     sys.stdout = sys.stderr = out
@@ -448,6 +452,7 @@ async def _serve(directory: Path, wid: str, chromium: str, browser_dir: Path | N
         tmp = directory / f".{wid}.sock"
         tmp.unlink(missing_ok=True)
         listener.bind(str(tmp))
+        os.chmod(tmp, 0o600)  # only this user's steps may hand it work
         listener.listen(4)
         os.replace(tmp, directory / f"{wid}.sock")  # appears only once the browser is up
         listener.setblocking(False)

@@ -202,14 +202,13 @@ def run_source(source: Source, week: str, *, store: ArtifactStore, run_id: str, 
     browser_dir = None
     start_error = None
     if warm:
-        spec.update(env=dict(os.environ), cwd=os.getcwd())  # a warm worker takes on this step's world
         spec_path.write_text(json.dumps(spec))
         started = time.monotonic()
         try:
             proc = pool.lease(s.home / "workers" / ("shared" if shared else "own"), chromium=spec["chromium"],
                               browser_dir=s.browser_dir if shared else None, node_cache=spec["node_cache"],
                               startup_limit=STARTUP_LIMIT_S)
-            proc.start(spec_path)
+            proc.start(spec_path, dict(os.environ), os.getcwd())  # a warm worker takes on this step's world
             started = time.monotonic()
         except pool.WorkerStartError as exc:
             proc, start_error = None, str(exc)
