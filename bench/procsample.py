@@ -22,11 +22,14 @@ def kind(args: list[str]) -> str:
     line = " ".join(args)
     if not line.strip():
         return "kernel thread or zombie"
+    for marker, name in (("fleet.scraping.pool", "python warm worker"),
+                         ("fleet.scraping.browser", "python shared-browser host")):
+        if marker in line:  # before "chromium": their command lines name the Chromium binary
+            return name
     if "chromium" in line:
         return "chromium " + next((k for k in CHROMIUM_KINDS if k in line), "browser")
     for marker, name in (("playwright/driver/node", "playwright node driver"),
                          ("forkserver", "python forkserver, steps, forked workers"),
-                         ("fleet.scraping.browser", "python shared-browser host"),
                          ("fleet.scraping.worker", "python worker (new interpreter)"),
                          ("bin/fleet", "python fleet command (run worker)"), ("git", "git")):
         if marker in line:
