@@ -208,12 +208,17 @@ def run_source(source: Source, week: str, *, store: ArtifactStore, run_id: str, 
             proc = pool.lease(s.home / "workers" / ("shared" if shared else "own"), chromium=spec["chromium"],
                               browser_dir=s.browser_dir if shared else None, node_cache=spec["node_cache"],
                               startup_limit=STARTUP_LIMIT_S)
-            proc.start(spec_path, dict(os.environ), os.getcwd())  # a warm worker takes on this step's world
-            started = time.monotonic()
         except pool.WorkerStartError as exc:
             proc, start_error = None, str(exc)
         else:
-            how = "a new warm worker" if proc.new else f"warm, its source no. {proc.served + 1}"
+            try:
+                proc.start(spec_path, dict(os.environ), os.getcwd())  # a warm worker takes on this step's world
+            except OSError as exc:
+                proc.release()
+                proc, start_error = None, f"warm worker {proc.pid} went away before it took the source ({exc})"
+            else:
+                started = time.monotonic()
+                how = "a new warm worker" if proc.new else f"warm, its source no. {proc.served + 1}"
     else:
         if shared:
             browser_dir = s.browser_dir
