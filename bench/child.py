@@ -99,7 +99,7 @@ def deep_phase(root: str, deep: str) -> None:
     from pathlib import Path
 
     from fleet.config import PROJECT_ROOT, settings
-    from fleet.scraping import browser
+    from fleet.scraping import browser, pool
     from fleet.scraping.discovery import discover
     from fleet.scraping.runner import run_source
     from fleet.storage.store import LocalArtifactStore
@@ -109,6 +109,7 @@ def deep_phase(root: str, deep: str) -> None:
     out = run_source(shops, "2026-11-16", store=LocalArtifactStore(Path(root) / "artifacts"), run_id="bench",
                      deep=deep == "1", refresh=True)
     op = time.perf_counter() - t
+    pool.stop_idle(settings().home / "workers")  # as `fleet run` does; otherwise its warm worker idles for 30 s
     browser.stop(settings().browser_dir)
     print(json.dumps({"op_s": op, "status": out.status, "rows": out.rows, "pages": out.pages}))
 
