@@ -9,6 +9,9 @@ from pathlib import Path
 from fleet.errors import FleetError
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
+# On top of Playwright's own switches, for every Chromium fleet launches (a worker's own, or the shared one).
+CHROMIUM_ARGS = ("--disable-background-networking", "--disable-component-update", "--disable-sync", "--no-first-run",
+                 "--disable-quic")
 CHROMIUM_CANDIDATES = ("/usr/bin/chromium", "/usr/bin/chromium-browser", "/usr/lib/chromium/chromium",
                        "/usr/bin/google-chrome", "/snap/bin/chromium")
 

@@ -42,12 +42,12 @@ import sys
 import time
 from pathlib import Path
 
+from fleet.config import CHROMIUM_ARGS
 from fleet.errors import FleetError
 from fleet.scraping.procs import alive as _alive, descendants, kill_pids
 
-# on top of Playwright's own switches: the same extras as a worker's own browser, and the DevTools port
-CHROMIUM_FLAGS = ["--disable-background-networking", "--disable-component-update", "--disable-sync",
-                  "--no-first-run", "--disable-quic", "--remote-debugging-address=127.0.0.1", "--remote-debugging-port=0"]
+# the same extras as a worker's own browser, and the DevTools port
+CHROMIUM_FLAGS = [*CHROMIUM_ARGS, "--remote-debugging-address=127.0.0.1", "--remote-debugging-port=0"]
 START_TIMEOUT_S = 60.0
 
 

@@ -50,7 +50,7 @@ import uuid
 from pathlib import Path
 
 from fleet.errors import FleetError
-from fleet.scraping.procs import alive, descendants, kill_pids
+from fleet.scraping.procs import alive, descendants, kill_pids, kill_tree
 
 GREETING = "fleet-worker"
 DONE = "\x1efleet-worker-done"
@@ -96,12 +96,6 @@ def _read_pid(directory: Path, wid: str) -> int | None:
         return int((directory / f"{wid}.pid").read_text())
     except (OSError, ValueError):
         return None
-
-
-def _kill(pid: int) -> None:
-    kill_pids([pid, *descendants(pid)])
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pid, signal.SIGKILL)
 
 
 def _wait_gone(pids: list[int], seconds: float = 5.0) -> None:
@@ -176,7 +170,7 @@ class Lease:
                 closeable.close()
         if self.finished != "reuse":
             if self.finished is None:  # killed at its limit, or died: nothing of it may live on
-                _kill(self.pid)
+                kill_tree(self.pid)
             _remove(self.directory, self.wid)
             if self.popen is not None:
                 with contextlib.suppress(subprocess.TimeoutExpired):
@@ -221,7 +215,7 @@ def _try_take(directory: Path, wid: str) -> Lease | None:
         try:
             return _connect(directory, wid, pid, fd, None)
         except (OSError, ValueError):
-            _kill(pid)  # alive but not answering: it is ours to clear, we hold its lock
+            kill_tree(pid)  # alive but not answering: it is ours to clear, we hold its lock
     _remove(directory, wid)
     os.close(fd)
     return None
@@ -267,7 +261,7 @@ def _start(directory: Path, *, chromium: str, browser_dir: Path | None, node_cac
         return _connect(directory, wid, popen.pid, fd, popen)
     except BaseException as exc:
         if "popen" in locals():
-            _kill(popen.pid)
+            kill_tree(popen.pid)
             with contextlib.suppress(subprocess.TimeoutExpired):
                 popen.wait(5)
         _remove(directory, wid)
@@ -300,7 +294,7 @@ def stop_idle(root: Path) -> int:
                 continue
             pid = _read_pid(directory, wid)
             if pid is not None and alive(pid):
-                _kill(pid)
+                kill_tree(pid)
                 stopped.append(pid)
             _remove(directory, wid)
             os.close(fd)
@@ -316,7 +310,7 @@ def stop(root: Path) -> None:
             wid = pid_file.name[:-len(".pid")]
             pid = _read_pid(directory, wid)
             if pid is not None and alive(pid):
-                _kill(pid)
+                kill_tree(pid)
                 stopped.append(pid)
             _remove(directory, wid)
     _wait_gone(stopped)

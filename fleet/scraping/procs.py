@@ -47,3 +47,13 @@ def kill_pids(pids) -> None:
             os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
+
+
+def kill_tree(pid: int) -> None:
+    """SIGKILL ``pid``, every descendant (Playwright's driver; Chromium, which Playwright starts in a group of its
+    own) and ``pid``'s process group."""
+    kill_pids([pid, *descendants(pid)])
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass

@@ -24,7 +24,7 @@ from fleet.errors import BadRowError, FleetError
 from fleet.scraping import browser as shared_browser
 from fleet.scraping import pool
 from fleet.scraping.discovery import Source
-from fleet.scraping.procs import descendants, kill_pids
+from fleet.scraping.procs import kill_tree
 from fleet.storage import store as keys
 from fleet.storage.frames import build_frame, read_spool
 from fleet.storage.store import ArtifactStore
@@ -58,14 +58,9 @@ class Outcome:
         return dataclasses.asdict(self)
 
 
-def kill_tree(proc) -> None:
-    """SIGKILL the worker, its process group, and every descendant (Playwright's driver and, with its own
-    browser, Chromium, which Playwright starts in a group of its own)."""
-    kill_pids([proc.pid, *descendants(proc.pid)])
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
+def kill_worker(proc) -> None:
+    """SIGKILL the worker with its browser and driver (:func:`fleet.scraping.procs.kill_tree`), and reap it."""
+    kill_tree(proc.pid)
     proc.wait()
 
 
@@ -273,7 +268,7 @@ def run_source(source: Source, week: str, *, store: ArtifactStore, run_id: str, 
                 pass
     finally:
         if proc.poll() is None:
-            kill_tree(proc)
+            kill_worker(proc)
         if browser_dir is not None:
             shared_browser.release(browser_dir)
     pump_thread.join(timeout=2)

@@ -22,6 +22,7 @@ import time
 import traceback
 from pathlib import Path
 
+from fleet.config import CHROMIUM_ARGS
 from fleet.errors import NavigationError
 from fleet.scraping.contract import ScrapeContext
 from fleet.scraping.discovery import Source, load_module
@@ -83,10 +84,6 @@ async def _capture(page, evidence_dir: Path, log, budget_s: float) -> dict:
     return out
 
 
-LAUNCH_ARGS = ["--disable-background-networking", "--disable-component-update", "--disable-sync", "--no-first-run",
-               "--disable-quic"]
-
-
 def use_node_cache(spec: dict) -> None:
     if spec.get("node_cache"):
         # Playwright's driver is a Node.js process per worker; Node keeps its compiled code here between them
@@ -99,7 +96,7 @@ async def open_browser(pw, spec: dict):
     if spec.get("cdp_endpoint"):
         # The shared browser: contexts created here die with this process's connection (disposeOnDetach).
         return await pw.chromium.connect_over_cdp(spec["cdp_endpoint"], timeout=60_000)
-    return await pw.chromium.launch(executable_path=spec["chromium"], headless=True, args=LAUNCH_ARGS)
+    return await pw.chromium.launch(executable_path=spec["chromium"], headless=True, args=list(CHROMIUM_ARGS))
 
 
 async def run(spec: dict) -> dict:
@@ -147,8 +144,6 @@ async def scrape(browser, spec: dict) -> dict:
     grace = min(3.0, spec["timeout_s"] * 0.4)
     browser.on("disconnected", on_gone)
     try:
-        if not browser.is_connected():
-            on_gone()
         context = await browser.new_context()
         page = await context.new_page()
         page.on("crash", on_gone)
