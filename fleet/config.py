@@ -39,7 +39,7 @@ class Settings:
     crash_reruns: int
     start_week: str
     git_token: str | None
-    browser: str = "own"        # own: a Chromium per source; shared: a context per source in one Chromium
+    browser: str = "own"        # own: a Chromium per worker; shared: a context per source in one Chromium
     workers: str = "warm"       # warm: workers keep Playwright and a browser between sources; fresh: one per attempt
     compute_logs: bool = False  # Dagster's per-step stdout/stderr capture (tail -F + 2 watcher interpreters per step)
 
