@@ -16,17 +16,23 @@ CHROMIUM_CANDIDATES = ("/usr/bin/chromium", "/usr/bin/chromium-browser", "/usr/l
                        "/usr/bin/google-chrome", "/snap/bin/chromium")
 
 
-def _int(name: str, default: int) -> int:
-    raw = os.environ.get(name)
-    if raw in (None, ""):
+def env_number(name: str, default, cast=float):
+    """``FLEET_*`` variable ``name`` as a non-negative ``cast`` (int or float); ``default`` when unset or empty."""
+    raw = os.environ.get(name, "").strip()
+    if not raw:
         return default
     try:
-        value = int(raw)
+        value = cast(raw)
     except ValueError:
-        raise FleetError(f"{name} must be a whole number, got {raw!r}") from None
+        kind = "a whole number" if cast is int else "a number"
+        raise FleetError(f"{name} must be {kind}, got {raw!r}") from None
     if value < 0:
         raise FleetError(f"{name} must not be negative, got {value}")
     return value
+
+
+def _int(name: str, default: int) -> int:
+    return env_number(name, default, int)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -49,6 +49,7 @@ import time
 import uuid
 from pathlib import Path
 
+from fleet.config import env_number
 from fleet.errors import FleetError
 from fleet.scraping.procs import alive, descendants, kill_pids, kill_tree
 
@@ -61,25 +62,12 @@ class WorkerStartError(FleetError):
     """A new worker exited or did not get its browser up in time (an infra failure)."""
 
 
-def _number(name: str, default: float, cast=float):
-    raw = os.environ.get(name, "").strip()
-    if not raw:
-        return default
-    try:
-        value = cast(raw)
-    except ValueError:
-        raise FleetError(f"{name} must be a number, got {raw!r}") from None
-    if value < 0:
-        raise FleetError(f"{name} must not be negative, got {raw!r}")
-    return value
-
-
 def idle_seconds() -> float:
-    return _number("FLEET_WORKER_IDLE_S", 30.0)
+    return env_number("FLEET_WORKER_IDLE_S", 30.0)
 
 
 def max_sources() -> int:
-    return max(1, _number("FLEET_WORKER_MAX_SOURCES", 50, int))
+    return max(1, env_number("FLEET_WORKER_MAX_SOURCES", 50, int))
 
 
 def _paths(directory: Path, wid: str) -> dict[str, Path]:
