@@ -9,16 +9,8 @@ import pytest
 
 from fleet.config import chromium_path
 from fleet.scraping import browser
+from fleet.scraping.procs import alive as _alive
 from fleet_tests.conftest import ROOT, WEEK, committed_frame, run_fleet
-
-
-def _alive(pid):
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    with open(f"/proc/{pid}/stat") as fh:
-        return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
 
 
 def _messages(error):

@@ -1,7 +1,7 @@
 """One Chromium per ``FLEET_HOME``, shared by the scrape workers; each source gets a browser context of its own.
 
-Launching Chromium costs every source about a second of CPU. With ``FLEET_BROWSER=shared`` (opt-in; the
-default is a Chromium per source), source workers connect to a shared browser over the DevTools protocol
+Launching Chromium costs about a second of CPU. With ``FLEET_BROWSER=shared`` (opt-in; the default is a
+Chromium per warm worker, see fleet/scraping/pool.py), source workers connect to a shared browser over the DevTools protocol
 (``connect_over_cdp``) and open a fresh context in it. A context has its
 own cookies, storage and cache, like an incognito window. What stays isolated:
 
@@ -44,7 +44,7 @@ from pathlib import Path
 
 from fleet.config import CHROMIUM_ARGS
 from fleet.errors import FleetError
-from fleet.scraping.procs import alive as _alive, descendants, kill_pids
+from fleet.scraping.procs import alive as _alive, descendants, kill_pids, kill_tree
 
 # the same extras as a worker's own browser, and the DevTools port
 CHROMIUM_FLAGS = [*CHROMIUM_ARGS, "--remote-debugging-address=127.0.0.1", "--remote-debugging-port=0"]
@@ -140,7 +140,7 @@ def _start(directory: Path, chromium: str) -> dict:
         time.sleep(0.02)
     exited = not _alive(host)
     if not exited:
-        kill_pids([host, *descendants(host)])
+        kill_tree(host)
     why = "its host exited" if exited else f"it did not start within {START_TIMEOUT_S:g}s"
     tail = (directory / "host.log").read_text(errors="replace")[-2000:]
     raise FleetError(f"the shared browser ({chromium}) is not available: {why}:\n{tail}")
