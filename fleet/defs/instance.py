@@ -53,7 +53,7 @@ def ensure_home(s: Settings) -> Path:
     cfg = home / "dagster.yaml"
     text = dagster_yaml(s)
     if not cfg.exists() or cfg.read_text() != text:
-        tmp = cfg.with_suffix(".tmp")
+        tmp = cfg.with_name(f".dagster.yaml.{os.getpid()}.tmp")  # two first runs at once must not share it
         tmp.write_text(text)
         os.replace(tmp, cfg)
     os.environ["DAGSTER_HOME"] = str(home)
