@@ -92,6 +92,40 @@ def frame(name: str, rows: list[dict], scrapers=None) -> pl.DataFrame:
     return pl.DataFrame(rows, schema=dict(cls.schema), orient="row")
 
 
+# --------------------------------------------------------------------------- the browser
+def test_the_default_browser_is_debians_headless_shell_with_no_window_ui(monkeypatch):
+    """Playwright's own headless mode runs the headless shell; the full browser's headless mode would build a
+    browser window per context, with WebUI renderers for its omnibox (BENCHMARKS.md: ~5x the CPU)."""
+    import shutil
+
+    from playwright.async_api import async_playwright
+
+    monkeypatch.delenv("FLEET_CHROMIUM", raising=False)
+    shell = shutil.which("chromium-headless-shell")
+    assert shell, ".ci/setup installs Debian's chromium-headless-shell"
+    assert Path(fleet.config.chromium_path()).resolve() == Path(shell).resolve()
+
+    async def targets():
+        async with async_playwright() as pw:
+            b = await pw.chromium.launch(executable_path=fleet.config.chromium_path(), headless=True,
+                                         args=list(fleet.config.CHROMIUM_ARGS))
+            context = await b.new_context()
+            await (await context.new_page()).goto("data:text/html,<title>t</title>")
+            infos = (await (await b.new_browser_cdp_session()).send("Target.getTargets"))["targetInfos"]
+            await b.close()
+            return infos
+
+    infos = asyncio.run(asyncio.wait_for(targets(), 60))
+    assert [t["type"] for t in infos if t["type"] == "page"] == ["page"]
+    assert not [t for t in infos if t["type"] == "browser_ui" or t["url"].startswith("chrome://")], infos
+
+
+def test_a_bad_fleet_chromium_is_refused_by_name(monkeypatch, tmp_path):
+    monkeypatch.setenv("FLEET_CHROMIUM", str(tmp_path / "no-such-chromium"))
+    with pytest.raises(fleet.config.FleetError, match="FLEET_CHROMIUM=.*no-such-chromium.* is not an executable"):
+        fleet.config.chromium_path()
+
+
 # --------------------------------------------------------------------------- definitions
 def test_demo_scrapers_are_valid_and_faults_are_separate():
     assert set(SCRAPERS) == set(HEALTHY)
