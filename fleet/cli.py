@@ -66,6 +66,7 @@ def run_week(week: str, sources: tuple[str, ...] = (), deep: tuple[str, ...] = (
 
     s = settings()
     instance = get_instance(s)
+    d.start_forkserver()
     names = sorted(k.path[-1] for k in d.defs.resolve_all_asset_keys() if k.path[0] == "raw")
     unknown = [n for n in (*sources, *deep) if n not in names]
     if unknown:

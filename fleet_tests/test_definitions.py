@@ -35,3 +35,33 @@ def test_fault_sources_are_opt_in_and_a_syntax_error_is_its_own_asset():
     for name in ["broken_selector", "hang_async", "hang_blocking", "empty_feed", "flaky_503", "wrong_type", "syntax_error"]:
         assert f"raw/{name}" in keys
     assert all(f"raw/{n}" in keys for n in DEMO)
+
+
+def test_fleet_runs_forkserver_is_started_early_with_the_executors_preload():
+    """`fleet run` starts its forkserver before it creates the run; the executor then forks every step from that
+    same server, already warm (fleet.defs.warm imported), instead of starting and preloading one itself."""
+    code = ("import multiprocessing, os, sys\n"
+            "from multiprocessing import forkserver\n"
+            "def child(q):\n"
+            "    q.put(('fleet.defs.warm' in sys.modules, os.getppid()))\n"
+            "if __name__ == '__main__':\n"
+            "    from fleet.defs import definitions as d\n"
+            "    d.start_forkserver()\n"
+            "    server = forkserver._forkserver._forkserver_pid\n"
+            "    assert server and 'fleet.defs.warm' not in sys.modules\n"
+            "    ctx = multiprocessing.get_context('forkserver')\n"
+            "    ctx.set_forkserver_preload(list(d.FORKSERVER_PRELOAD))  # as Dagster's executor does\n"
+            "    q = ctx.SimpleQueue()\n"
+            "    p = ctx.Process(target=child, args=(q,)); p.start(); p.join(60)\n"
+            "    warm, parent = q.get()\n"
+            "    print(warm, parent == server, forkserver._forkserver._forkserver_pid == server)\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FLEET_")}
+    path = ROOT / ".pytest-forkserver-probe.py"
+    try:
+        path.write_text(code)
+        out = subprocess.run([sys.executable, str(path)], env=env, capture_output=True, text=True, cwd=ROOT,
+                             timeout=120)
+    finally:
+        path.unlink(missing_ok=True)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.split() == ["True", "True", "True"], out.stdout + out.stderr[-2000:]

@@ -9,6 +9,10 @@ from fleet.defs.automation import build_automation
 from fleet.scraping.discovery import discover
 
 
+# What each step process of a multiprocess run forks from (fleet/defs/warm.py).
+FORKSERVER_PRELOAD = ("fleet.defs.warm",)
+
+
 def build_defs() -> Definitions:
     s = settings()
     sources = discover(scraper_dirs())
@@ -30,13 +34,26 @@ def build_defs() -> Definitions:
         "max_concurrent": s.max_parallel,
         # forkserver: each step forks from a process that has already imported and resolved fleet's definitions
         # and done Dagster's one-off storage work (fleet/defs/warm.py), instead of starting cold
-        "start_method": {"forkserver": {"preload_modules": ["fleet.defs.warm"]}},
+        "start_method": {"forkserver": {"preload_modules": list(FORKSERVER_PRELOAD)}},
     })
     return Definitions(assets=[*raw, *publish], jobs=[scrape_job, publish_job], sensors=sensors,
                        schedules=schedules, executor=executor)
 
 
 defs = build_defs()
+
+
+def start_forkserver() -> None:
+    """Start this process's forkserver now, so that it preloads fleet.defs.warm while the caller creates its run.
+
+    ``fleet run`` executes the scrape run in its own process, whose executor would start the forkserver only
+    when it launches the first step, and wait for the preload then (3-4 s here). The executor finds the server
+    running with the same preload list and forks its steps from it."""
+    import multiprocessing
+    from multiprocessing import forkserver
+
+    multiprocessing.get_context("forkserver").set_forkserver_preload(list(FORKSERVER_PRELOAD))
+    forkserver.ensure_running()
 
 
 def scrape_week_job():
