@@ -113,7 +113,8 @@ def chromium_path() -> str:
         found = shutil.which(name)
         if found:
             return found
-    raise FleetError("no Chromium found: install Debian's 'chromium-headless-shell' (or 'chromium') package or set FLEET_CHROMIUM to its path")
+    raise FleetError("no Chromium found: install Debian's 'chromium-headless-shell' (or 'chromium') package or set "
+                     "FLEET_CHROMIUM to its path")
 
 
 def scraper_dirs() -> list[Path]:
