@@ -53,7 +53,7 @@ def run(quick: bool, repeats: int) -> dict:
             b["op_s"] = json.loads(b["output"].strip().splitlines()[-1])["op_s"]
             base_runs.append(b)
         fw, bw = median([r["wall"] for r in fleet_runs]), median([r["wall"] for r in base_runs])
-        fr, br = median([r["maxrss_mb"] for r in fleet_runs]), median([r["maxrss_mb"] for r in base_runs])
+        fr, br = median([r["peak_rss_mb"] for r in fleet_runs]), median([r["peak_rss_mb"] for r in base_runs])
         wall_ratio, rss_ratio = fw / bw, fr / br
         return {
             "ratio": rnd(wall_ratio), "goal": 1.2, "ok": wall_ratio <= 1.2 and rss_ratio <= 1.5,

@@ -117,8 +117,8 @@ def run(quick: bool, repeats: int) -> dict:
             "ideal_latency_bound_s": rnd(-(-n // cap) * pages * latency_ms / 1000),
             "fleet_wall_s": rnd(fw), "baseline_wall_s": rnd(bw),
             "fleet_cpu_s": rnd(fc), "baseline_cpu_s": rnd(bc),
-            "fleet_peak_rss_mb": rnd(median([r["maxrss_mb"] for r in fleet_runs]), 1),
-            "baseline_peak_rss_mb": rnd(median([r["maxrss_mb"] for r in base_runs]), 1),
+            "fleet_peak_rss_mb": rnd(median([r["peak_rss_mb"] for r in fleet_runs]), 1),
+            "baseline_peak_rss_mb": rnd(median([r["peak_rss_mb"] for r in base_runs]), 1),
             "fleet_median_source_seconds": rnd(median([median(r["source_seconds"]) for r in fleet_runs])),
             "breakdown": {
                 # `fleet run` of n sources that visit no page, minus one such source, per extra source

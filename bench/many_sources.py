@@ -53,6 +53,6 @@ def run(quick: bool, repeats: int) -> dict:
                 "goal_s": GOAL_S, "zero_sources_s": rnd(median(empty)), "sources": n, "repeats": repeats,
                 "import_s_in_process": rnd(median([r["op_s"] for r in runs])),
                 "asset_keys": runs[-1].get("asset_keys"),
-                "peak_rss_mb": rnd(median([r["maxrss_mb"] for r in runs]), 1)}
+                "peak_rss_mb": rnd(median([r["peak_rss_mb"] for r in runs]), 1)}
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

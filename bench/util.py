@@ -26,11 +26,68 @@ def _become_subreaper() -> None:
         _SUBREAPER = True
 
 
+def _children(pid: int) -> list[int]:
+    out = []
+    try:
+        for task in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{task}/children") as fh:
+                out += [int(c) for c in fh.read().split()]
+    except OSError:
+        pass
+    return out
+
+
+def _hwm_kb(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/status") as fh:
+            for line in fh:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
+
+
+class PeakSampler(threading.Thread):
+    """The largest VmHWM of any one process in a command's tree, sampled every ``period_s``.
+
+    ``ru_maxrss`` cannot give this: a child started by fork or vfork and exec keeps its parent's high-water mark
+    in it, so every process the bench starts reports at least the bench's own RSS at that moment. VmHWM belongs
+    to the process's current program and starts afresh at exec. A process that reaches its peak in the last
+    ``period_s`` of its life can be under-read by that much growth; the commands measured here live for seconds."""
+
+    def __init__(self, root: int, period_s: float = 0.1):
+        super().__init__(daemon=True)
+        self.root, self.period_s, self.peak_kb = root, period_s, 0
+        self._before = set(_children(os.getpid())) - {root}  # the bench's other children (a demo site server)
+        self._stop_event = threading.Event()
+
+    def sample(self) -> None:
+        todo = [self.root] + [c for c in _children(os.getpid()) if c not in self._before]  # with re-parented orphans
+        seen: set[int] = set()
+        while todo:
+            pid = todo.pop()
+            if pid not in seen:
+                seen.add(pid)
+                self.peak_kb = max(self.peak_kb, _hwm_kb(pid))
+                todo += _children(pid)
+
+    def run(self) -> None:
+        while not self._stop_event.wait(self.period_s):
+            self.sample()
+
+    def stop(self) -> float:
+        self._stop_event.set()
+        self.join(timeout=5)
+        return self.peak_kb / 1024
+
+
 def run_measured(cmd: list[str], *, env: dict | None = None, cwd: str | Path | None = None,
                  check: bool = True, linger_s: float = 60.0) -> dict:
     """Run ``cmd``; return wall seconds (until the command exits), user+sys CPU seconds of the whole process
     tree (this process is a child subreaper, so orphans are reaped here too; summed os.wait4 rusage, the
-    same accounting as RUSAGE_CHILDREN), the largest ru_maxrss (MB) of any process in it, exit code, output."""
+    same accounting as RUSAGE_CHILDREN), the peak RSS (MB) of its largest process (:class:`PeakSampler`; the
+    floored ``ru_maxrss`` is kept as ``ru_maxrss_mb``), exit code, output."""
     _become_subreaper()
     full_env = {**os.environ, **(env or {})}
     chunks: list[bytes] = []
@@ -39,6 +96,9 @@ def run_measured(cmd: list[str], *, env: dict | None = None, cwd: str | Path | N
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     reader = threading.Thread(target=lambda: chunks.extend(iter(lambda: proc.stdout.read(65536), b"")), daemon=True)
     reader.start()
+    sampler = PeakSampler(proc.pid)
+    sampler.sample()
+    sampler.start()
     _, status, ru = os.wait4(proc.pid, 0)
     wall = time.perf_counter() - started
     proc.returncode = os.waitstatus_to_exitcode(status)
@@ -59,12 +119,13 @@ def run_measured(cmd: list[str], *, env: dict | None = None, cwd: str | Path | N
         lingered += 1
         cpu += r.ru_utime + r.ru_stime
         maxrss = max(maxrss, r.ru_maxrss)
+    peak_mb = sampler.stop()
     reader.join(timeout=5)
     text = b"".join(chunks).decode(errors="replace")
     if check and proc.returncode != 0:
         raise RuntimeError(f"{' '.join(map(str, cmd))} exited {proc.returncode}:\n{text[-3000:]}")
-    return {"wall": wall, "cpu": cpu, "maxrss_mb": maxrss / 1024, "rc": proc.returncode, "output": text,
-            "reaped_orphans": lingered}
+    return {"wall": wall, "cpu": cpu, "peak_rss_mb": peak_mb, "ru_maxrss_mb": maxrss / 1024, "rc": proc.returncode,
+            "output": text, "reaped_orphans": lingered}
 
 
 def median(xs):
