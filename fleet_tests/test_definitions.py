@@ -37,7 +37,7 @@ def test_fault_sources_are_opt_in_and_a_syntax_error_is_its_own_asset():
     assert all(f"raw/{n}" in keys for n in DEMO)
 
 
-def test_fleet_runs_forkserver_is_started_early_with_the_executors_preload():
+def test_fleet_runs_forkserver_is_started_early_with_the_executors_preload(tmp_path):
     """`fleet run` starts its forkserver before it creates the run; the executor then forks every step from that
     same server, already warm (fleet.defs.warm imported), instead of starting and preloading one itself."""
     code = ("import multiprocessing, os, sys\n"
@@ -56,12 +56,8 @@ def test_fleet_runs_forkserver_is_started_early_with_the_executors_preload():
             "    warm, parent = q.get()\n"
             "    print(warm, parent == server, forkserver._forkserver._forkserver_pid == server)\n")
     env = {k: v for k, v in os.environ.items() if not k.startswith("FLEET_")}
-    path = ROOT / ".pytest-forkserver-probe.py"
-    try:
-        path.write_text(code)
-        out = subprocess.run([sys.executable, str(path)], env=env, capture_output=True, text=True, cwd=ROOT,
-                             timeout=120)
-    finally:
-        path.unlink(missing_ok=True)
+    path = tmp_path / "forkserver_probe.py"  # a file: forkserver children import the main module by its path
+    path.write_text(code)
+    out = subprocess.run([sys.executable, str(path)], env=env, capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert out.returncode == 0, out.stderr[-3000:]
     assert out.stdout.split() == ["True", "True", "True"], out.stdout + out.stderr[-2000:]
