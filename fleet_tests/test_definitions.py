@@ -39,11 +39,12 @@ def test_fault_sources_are_opt_in_and_a_syntax_error_is_its_own_asset():
 
 def test_fleet_runs_forkserver_is_started_early_with_the_executors_preload(tmp_path):
     """`fleet run` starts its forkserver before it creates the run; the executor then forks every step from that
-    same server, already warm (fleet.defs.warm imported), instead of starting and preloading one itself."""
-    code = ("import multiprocessing, os, sys\n"
+    same server, already warm (fleet.defs.warm imported), instead of starting and preloading one itself. The
+    server's heap is frozen (gc.freeze), so a step's garbage collections never walk what it inherited."""
+    code = ("import gc, multiprocessing, os, sys\n"
             "from multiprocessing import forkserver\n"
             "def child(q):\n"
-            "    q.put(('fleet.defs.warm' in sys.modules, os.getppid()))\n"
+            "    q.put(('fleet.defs.warm' in sys.modules, os.getppid(), gc.get_freeze_count()))\n"
             "if __name__ == '__main__':\n"
             "    from fleet.defs import definitions as d\n"
             "    d.start_forkserver()\n"
@@ -53,11 +54,11 @@ def test_fleet_runs_forkserver_is_started_early_with_the_executors_preload(tmp_p
             "    ctx.set_forkserver_preload(list(d.FORKSERVER_PRELOAD))  # as Dagster's executor does\n"
             "    q = ctx.SimpleQueue()\n"
             "    p = ctx.Process(target=child, args=(q,)); p.start(); p.join(60)\n"
-            "    warm, parent = q.get()\n"
-            "    print(warm, parent == server, forkserver._forkserver._forkserver_pid == server)\n")
+            "    warm, parent, frozen = q.get()\n"
+            "    print(warm, parent == server, forkserver._forkserver._forkserver_pid == server, frozen > 10000)\n")
     env = {k: v for k, v in os.environ.items() if not k.startswith("FLEET_")}
     path = tmp_path / "forkserver_probe.py"  # a file: forkserver children import the main module by its path
     path.write_text(code)
     out = subprocess.run([sys.executable, str(path)], env=env, capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert out.returncode == 0, out.stderr[-3000:]
-    assert out.stdout.split() == ["True", "True", "True"], out.stdout + out.stderr[-2000:]
+    assert out.stdout.split() == ["True", "True", "True", "True"], out.stdout + out.stderr[-2000:]

@@ -13,6 +13,12 @@ on this machine (``bench/`` has the numbers) showed that a step process spent:
   Those are imported here.
 - some time resolving the job from ``fleet.defs.definitions``. Resolving it here caches it on the shared
   ``Definitions`` object.
+- a full (generation 2) garbage collection over everything it inherited: about 225,000 objects of Dagster,
+  Playwright, polars and fleet's definitions, 0.14-0.15 CPU-s of a step's ~0.4 (measured with
+  ``gc.callbacks`` in 10 zero-page steps; whether a step hits one depends on the allocation counts it forks
+  with). A collection also writes to every object it visits, so each forked step copied the pages of the
+  whole inherited heap. :func:`freeze_inherited_heap` moves what the server holds out of the collector's
+  reach once, before the first fork (``gc.freeze``); a step then collects only what it allocated itself.
 
 Nothing here changes what a step does. It only moves one-off work to before the fork.
 """
@@ -78,4 +84,16 @@ def warm() -> None:
         log.warning("fleet: step processes start cold (%s: %s)", type(exc).__name__, exc)
 
 
+def freeze_inherited_heap() -> None:
+    """``gc.freeze()`` everything the forkserver has built, so forked steps never scan or dirty it.
+
+    Frozen objects are never collected. That is what they should be: modules, definitions and caches
+    that live as long as the server. The server itself allocates next to nothing between forks."""
+    import gc
+
+    gc.collect()  # garbage from the imports is freed now, not frozen with the rest
+    gc.freeze()
+
+
 warm()
+freeze_inherited_heap()
