@@ -141,6 +141,50 @@ def test_main_moves_mid_run_our_commit_lands_on_top(bare, tmp_path, monkeypatch)
     assert gr.hook_rejections(bare) == []
 
 
+def test_snapshot_is_a_hard_link_and_git_never_writes_through_it(bare, tmp_path, monkeypatch):
+    """The snapshot of an artifact on the clone's file system is a hard link (no 1 GB copy). The clone's working
+    file then shares the artifact's inode, so a checkout that replaces that path (another writer changed it)
+    must replace the file, never write into it: the artifact keeps its bytes."""
+    art = artifact(tmp_path, "raw.parquet")
+    want = sha256(art)
+    snaps = []
+    monkeypatch.setattr(commit_mod, "_after_snapshot", lambda arts: snaps.extend(arts))
+    repo = data_repo(bare, tmp_path)
+    assert commit_files(repo, {REL: art}, subject="ours", idempotency_key="ours").status == "committed"
+    assert snaps[0].linked is not None and snaps[0].linked[0] == art.stat().st_ino
+    assert (tmp_path / "clone" / "data" / REL).stat().st_ino == art.stat().st_ino  # clone, snapshot, artifact
+
+    theirs = artifact(tmp_path, "theirs.parquet", 70_000)
+    gr.clone_and_push(bare, {f"data/{REL}": theirs.read_bytes()}, "they rewrote our week")
+    other = artifact(tmp_path, "other.parquet")
+    res = commit_files(repo, {"2026-11-23/raw.parquet": other}, subject="next week", idempotency_key="next")
+    assert res.status == "committed"  # its reset checked their version out over our linked file
+    assert sha256(art) == want and art.stat().st_size == 50_000
+    assert_lfs_content(bare, f"data/{REL}", theirs)
+    assert_lfs_content(bare, "data/2026-11-23/raw.parquet", other)
+
+
+def test_artifact_rewritten_in_place_is_committed_from_a_private_copy(bare, tmp_path, monkeypatch, caplog):
+    """A caller that rewrites an artifact in place while the loop holds a link to it: the attempt notices after
+    staging (inode, size or mtime changed), takes a private copy and starts over; what lands is whole."""
+    art = artifact(tmp_path, "raw.parquet")
+    rewritten = os.urandom(60_000)
+
+    def rewrite(arts):
+        assert arts[0].linked is not None
+        with open(art, "r+b") as fh:  # in place: same inode
+            fh.write(rewritten)
+
+    monkeypatch.setattr(commit_mod, "_after_snapshot", rewrite)
+    caplog.set_level(logging.WARNING)
+    res = commit_files(data_repo(bare, tmp_path), {REL: art}, subject="ours", idempotency_key="ours",
+                       log=logging.getLogger("fleet.test"))
+    assert res.status == "committed" and res.attempts == 2
+    assert "rewritten in place" in caplog.text and str(art) in caplog.text
+    assert art.read_bytes() == rewritten
+    assert_lfs_content(bare, f"data/{REL}", art)
+
+
 def test_persistent_race_fails_after_attempts_then_recovers(bare, tmp_path, monkeypatch):
     art = artifact(tmp_path, "raw.parquet")
     content = art.read_bytes()
@@ -382,6 +426,7 @@ if cfg.get("slow_copy"):
             marker.write_text("copying")
         time.sleep(cfg["slow_copy"])
     c._on_copy_chunk = slow
+    c.LINK_SNAPSHOTS = False  # the copy path: a link takes no time to be killed in
 repo = DataRepo(remote=cfg["remote"], workdir=Path(cfg["workdir"]), base_wait_s=0.05)
 res = commit_files(repo, {{k: Path(v) for k, v in cfg["files"].items()}}, subject=cfg["subject"],
                    idempotency_key=cfg["subject"])
@@ -424,7 +469,7 @@ def test_killed_runs_never_land_a_pointer_without_content_or_a_truncated_file(ba
     print(f"kill timing seed: {seed}")  # shown by pytest if this test fails
     rng = random.Random(seed)
     cfg = {**base, "files": {REL: str(v2)}, "subject": "v2"}
-    # Killed while copying the 8-chunk artifact into the clone (slowed to 40 ms a chunk).
+    # Killed while copying the 8-chunk artifact into its snapshot (slowed to 40 ms a chunk).
     for i in range(3):
         marker = tmp_path / f"copying-{i}"
         proc = start_driver(tmp_path, {**cfg, "slow_copy": 0.04, "marker": str(marker)})
