@@ -93,6 +93,30 @@ def overhead_baseline(directory: str, week: str, cap: str) -> None:
     print(json.dumps({"op_s": time.perf_counter() - t, "rows": rows}))
 
 
+def runner_only(directory: str, week: str, cap: str) -> None:
+    """fleet's scraping layer without Dagster: ``run_source`` for every source, ``cap`` at a time from threads of
+    one process, in warm workers with a browser each, every artifact stored (FLEET_HOME from the environment).
+    What a week costs fleet before orchestration: no steps, events, checks, consolidation or commits."""
+    from concurrent.futures import ThreadPoolExecutor
+    from pathlib import Path
+
+    from fleet.config import settings
+    from fleet.scraping import pool
+    from fleet.scraping.discovery import discover
+    from fleet.scraping.runner import run_source
+    from fleet.storage.store import LocalArtifactStore
+    s = settings()
+    sources = discover([Path(directory)])
+    store = LocalArtifactStore(s.store_root)
+    t = time.perf_counter()
+    with ThreadPoolExecutor(int(cap)) as threads:
+        outs = list(threads.map(lambda src: run_source(src, week, store=store, run_id="bench-runner-only"), sources))
+    op = time.perf_counter() - t
+    pool.stop_idle(s.home / "workers")
+    print(json.dumps({"op_s": op, "ok": sum(o.status == "ok" for o in outs), "rows": sum(o.rows for o in outs),
+                      "not_ok": {o.source: f"{o.status} ({o.category}): {o.error}" for o in outs if o.status != "ok"}}))
+
+
 def deep_phase(root: str, deep: str) -> None:
     """run_source for the demo's heavy source (shops), with its expensive phase on or off."""
     import os

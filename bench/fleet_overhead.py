@@ -2,7 +2,10 @@
 in warm worker processes; consolidation; two commits) vs one asyncio loop, one Chromium, cap-many concurrent
 pages, the same scrapers.
 
-Also measures fleet's fixed cost per source: `fleet run` over n sources that visit no page, minus one."""
+Also measures fleet's fixed cost per source (`fleet run` over n sources that visit no page, minus one), and
+splits fleet's extra cost in two with a third leg, fleet's scraping layer without Dagster (`bench.child
+runner-only`: the same sources through `run_source` in warm workers, cap-many threads, no steps, events, checks
+or commits): what orchestration adds, and what isolating each source in a worker adds."""
 from __future__ import annotations
 
 import json
@@ -72,7 +75,7 @@ def run(quick: bool, repeats: int) -> dict:
         scrapers = tmp / "scrapers"
         write_sources(scrapers, n, pages)
         base_env = {"FLEET_SCRAPERS_DIR": str(scrapers), "FLEET_DEMO_URL": sites.url, "FLEET_MAX_PARALLEL": str(cap)}
-        fleet_runs, base_runs = [], []
+        fleet_runs, base_runs, runner_runs = [], [], []
         for i in range(repeats):
             home = tmp / f"home{i}"
             remote = tmp / f"remote{i}.git"
@@ -91,6 +94,12 @@ def run(quick: bool, repeats: int) -> dict:
             if b["rows"] != n * pages:
                 raise RuntimeError(f"baseline scraped {b['rows']} rows, expected {n * pages}")
             base_runs.append(b)
+            o = run_measured([PY, "-m", "bench.child", "runner-only", str(scrapers), WEEK, str(cap)],
+                             env={**base_env, "FLEET_HOME": str(tmp / f"runner{i}")}, cwd=ROOT)
+            o.update(_child_json(o))
+            if o["ok"] != n:
+                raise RuntimeError(f"runner-only scraped {o['ok']}/{n} sources ok:\n{o['output'][-3000:]}")
+            runner_runs.append(o)
 
         # Where the per-source cost goes: `fleet run` over sources that visit no page, n of them vs one, so the
         # difference is what each further source costs fleet with no scraping at all: its Dagster step, its
@@ -108,6 +117,7 @@ def run(quick: bool, repeats: int) -> dict:
 
         fw, bw = median([r["wall"] for r in fleet_runs]), median([r["wall"] for r in base_runs])
         fc, bc = median([r["cpu"] for r in fleet_runs]), median([r["cpu"] for r in base_runs])
+        ow, oc = median([r["wall"] for r in runner_runs]), median([r["cpu"] for r in runner_runs])
         ratio = fw / bw
         cpu_per_source = (fc - bc) / n
         return {
@@ -126,6 +136,10 @@ def run(quick: bool, repeats: int) -> dict:
                 "fixed_wall_per_source_s": rnd((fixed["n"]["wall"] - fixed["one"]["wall"]) / max(1, n - 1)),
                 "zero_page_run_n_wall_s": rnd(fixed["n"]["wall"]), "zero_page_run_one_wall_s": rnd(fixed["one"]["wall"]),
                 "baseline_cpu_per_source_s": rnd(bc / n),
+                # fleet's scraping layer alone (warm workers, no Dagster), same sources and cap
+                "runner_only_wall_s": rnd(ow), "runner_only_cpu_s": rnd(oc),
+                "orchestration_cpu_per_source_s": rnd((fc - oc) / n),   # fleet run minus its scraping layer
+                "isolation_cpu_per_source_s": rnd((oc - bc) / n),       # the scraping layer minus the baseline
             },
         }
     finally:
