@@ -164,14 +164,17 @@ def test_snapshot_is_a_hard_link_and_git_never_writes_through_it(bare, tmp_path,
     assert_lfs_content(bare, "data/2026-11-23/raw.parquet", other)
 
 
-def test_artifact_rewritten_in_place_is_committed_from_a_private_copy(bare, tmp_path, monkeypatch, caplog):
+@pytest.mark.parametrize("size", [60_000, 50_000], ids=["grown", "same-size"])
+def test_artifact_rewritten_in_place_is_committed_from_a_private_copy(bare, tmp_path, monkeypatch, caplog, size):
     """A caller that rewrites an artifact in place while the loop holds a link to it: the attempt notices after
-    staging (inode, size or mtime changed), takes a private copy and starts over; what lands is whole."""
+    staging (inode, size or mtime changed; a same-size rewrite shows only in mtime), takes a private copy and
+    starts over; what lands is whole."""
     art = artifact(tmp_path, "raw.parquet")
-    rewritten = os.urandom(60_000)
+    rewritten = os.urandom(size)
 
     def rewrite(arts):
         assert arts[0].linked is not None
+        time.sleep(0.05)  # file times tick coarsely (a jiffy on ext4); the rewrite comes a moment later
         with open(art, "r+b") as fh:  # in place: same inode
             fh.write(rewritten)
 

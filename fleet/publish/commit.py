@@ -11,7 +11,9 @@ writes a new one beside it and renames it over the old), so a link keeps the byt
 if the artifact is replaced meanwhile, and every attempt commits the same bytes. Copying a 1 GB snapshot took
 2.4-3.4 s here and wrote 1 GB that a plain `git add` + `git push` never writes. An artifact rewritten in
 place would change under a link: each linked snapshot remembers the file's inode, size and mtime, and an
-attempt that finds them changed after staging takes a private copy instead and starts over. Git replaces a
+attempt that finds them changed after staging takes a private copy instead and starts over. (File times tick
+coarsely, every few ms on ext4, so a same-size rewrite within one tick of the snapshot goes unnoticed; a copy
+taken during such a rewrite would be no better.) Git replaces a
 working-tree file (unlink, then create) and never writes into one, so the clone's link to the artifact
 cannot change the artifact.
 
