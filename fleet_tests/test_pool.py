@@ -141,6 +141,20 @@ def test_an_idle_worker_leaves_by_itself(home, monkeypatch):
     assert _files(home) == []
 
 
+def test_a_worker_being_started_is_not_cleared_away_by_another_step(home):
+    """A starting worker has only its temporary ``.ID.lock``, unlocked for an instant after it is created. Another
+    step looking for an idle worker, and ``stop_idle``, must leave it alone (they used to take it for a dead
+    worker and delete it, and the new worker's start failed as infra)."""
+    own = home / "workers" / "own"
+    own.mkdir(parents=True)
+    starting = own / ".0123456789ab.lock"
+    starting.touch()
+    out, rows = _run(home, "probe")  # leases: scans own/ for idle workers, then starts one
+    assert out.status == "ok"
+    assert pool.stop_idle(home / "workers") == 1  # the probe's worker, not the one being started
+    assert starting.exists()
+
+
 def test_bad_worker_settings_are_clear_errors(monkeypatch):
     monkeypatch.setenv("FLEET_WORKERS", "pooled")
     with pytest.raises(FleetError, match="FLEET_WORKERS must be 'warm' or 'fresh', got 'pooled'"):

@@ -209,12 +209,24 @@ def _try_take(directory: Path, wid: str) -> Lease | None:
     return None
 
 
+def _worker_ids(directory: Path) -> list[str]:
+    """The workers of ``directory``, by their ``ID.lock`` files, in name order.
+
+    A worker being started has only ``.ID.lock`` until :func:`_start` renames it into place, and its starter
+    takes the lock only just after creating the file. pathlib's ``*`` also matches names that begin with a
+    dot, so without the filter a step scanning for idle workers could lock such a file in that instant, find
+    no pid and clear it away, and the new worker's start failed as infra. Seen twice in five 40-source runs of
+    ``bench.child runner-only``, whose callers are threads of one process; separate step processes have the
+    same instant to lose."""
+    return sorted(p.name[:-len(".lock")] for p in directory.glob("*.lock") if not p.name.startswith("."))
+
+
 def lease(directory: Path, *, chromium: str, browser_dir: Path | None, node_cache: str,
           startup_limit: float) -> Lease:
     """An idle warm worker of ``directory``, or a new one once its browser is up. Raises ``WorkerStartError``."""
     directory.mkdir(parents=True, exist_ok=True)
-    for lock in sorted(directory.glob("*.lock"), key=lambda p: p.name):
-        taken = _try_take(directory, lock.name[:-len(".lock")])
+    for wid in _worker_ids(directory):
+        taken = _try_take(directory, wid)
         if taken is not None:
             return taken
     return _start(directory, chromium=chromium, browser_dir=browser_dir, node_cache=node_cache,
@@ -269,10 +281,9 @@ def stop_idle(root: Path) -> int:
     done); return how many were stopped."""
     stopped = []
     for directory in _kinds(root):
-        for lock in directory.glob("*.lock"):
-            wid = lock.name[:-len(".lock")]
+        for wid in _worker_ids(directory):
             try:
-                fd = os.open(lock, os.O_RDWR)
+                fd = os.open(directory / f"{wid}.lock", os.O_RDWR)
             except FileNotFoundError:
                 continue
             try:
