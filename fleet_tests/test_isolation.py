@@ -37,9 +37,11 @@ def test_faulty_sources_cost_only_themselves(fleet_env):
     assert "column 'price' expects Float64, got 'n/a'" in status.stdout
     assert "SyntaxError" in status.stdout or "invalid syntax" in status.stdout or "was never closed" in status.stdout
 
-    # the hanging ones were killed at their 5 s limit, not later
-    for name in ("hang_async", "hang_blocking"):
-        assert 4.5 <= float(lines[name][4]) <= 5 + 5, lines[name]
+    # the hanging ones were stopped by their 5 s limit, not later. An async hang is stopped by the worker itself at
+    # its soft deadline (the limit minus a 2 s grace to save evidence), so it ends between 3 s and the limit; a
+    # blocking one cannot be interrupted and is killed by its step at the limit.
+    assert 5 - 2 <= float(lines["hang_async"][4]) <= 5 + 5, lines["hang_async"]
+    assert 5 <= float(lines["hang_blocking"][4]) <= 5 + 5, lines["hang_blocking"]
 
     # browser failures keep a screenshot and the page HTML with the week's artifacts
     evidence = fleet_env.home / "artifacts" / WEEK / "evidence"
