@@ -13,9 +13,8 @@ if the artifact is replaced meanwhile, and every attempt commits the same bytes.
 place would change under a link: each linked snapshot remembers the file's inode, size and mtime, and an
 attempt that finds them changed after staging takes a private copy instead and starts over. (File times tick
 coarsely, every few ms on ext4, so a same-size rewrite within one tick of the snapshot goes unnoticed; a copy
-taken during such a rewrite would be no better.) Git replaces a
-working-tree file (unlink, then create) and never writes into one, so the clone's link to the artifact
-cannot change the artifact.
+taken during such a rewrite would be no better.) Git replaces a working-tree file (unlink, then create) and
+never writes into one, so the clone's link to the artifact cannot change the artifact.
 
 The content is hashed once, by git-lfs when it stages the file; the loop reads the oid back from
 the staged pointer and checks its size against the snapshot. fleet does not hash the file itself: sha256 of
