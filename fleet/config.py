@@ -52,6 +52,18 @@ class Settings:
     browser: str = "own"        # own: a Chromium per worker; shared: a context per source in one Chromium
     workers: str = "warm"       # warm: workers keep Playwright and a browser between sources; fresh: one per attempt
     compute_logs: bool = False  # Dagster's per-step stdout/stderr capture (tail -F + 2 watcher interpreters per step)
+    step_headroom: int = 0      # source steps in flight beyond max_parallel (fleet/scraping/slots.py)
+
+    @property
+    def steps_in_flight(self) -> int:
+        """Source steps Dagster runs at once (its pool ``scrapers`` and the executor's limit). Only
+        ``max_parallel`` of them scrape at a time (fleet/scraping/slots.py); the others start up, or write their
+        checks and events, meanwhile."""
+        return self.max_parallel + self.step_headroom
+
+    @property
+    def slots_dir(self) -> Path:
+        return self.home / "slots"
 
     @property
     def store_root(self) -> Path:
@@ -84,18 +96,20 @@ def settings() -> Settings:
     workers = os.environ.get("FLEET_WORKERS", "warm").strip() or "warm"
     if workers not in ("warm", "fresh"):
         raise FleetError(f"FLEET_WORKERS must be 'warm' or 'fresh', got {workers!r}")
+    max_parallel = max(1, _int("FLEET_MAX_PARALLEL", 10))
     return Settings(
         home=home,
         data_remote=os.environ.get("FLEET_DATA_REMOTE") or str(home / "data-remote.git"),
         branch=os.environ.get("FLEET_DATA_BRANCH", "main"),
         prefix=prefix,
-        max_parallel=max(1, _int("FLEET_MAX_PARALLEL", 10)),
+        max_parallel=max_parallel,
         crash_reruns=_int("FLEET_CRASH_RERUNS", 2),
         start_week=os.environ.get("FLEET_START_WEEK", "2026-01-05"),
         git_token=os.environ.get("FLEET_GIT_TOKEN") or None,
         browser=browser,
         workers=workers,
         compute_logs=os.environ.get("FLEET_COMPUTE_LOGS", "0") == "1",
+        step_headroom=_int("FLEET_STEP_HEADROOM", max_parallel),
     )
 
 

@@ -99,3 +99,36 @@ def test_scraper_cap_holds_across_concurrent_runs(fleet_env):
     assert len(intervals) == 4
     for (s1, e1), (s2, e2) in zip(intervals, intervals[1:]):
         assert s2 >= e1, f"two scrapes overlapped although the pool allows one: {intervals}"
+
+
+def test_the_next_step_starts_while_the_cap_holds_only_the_scraping(fleet_env):
+    """With a cap of one and one step of headroom, Dagster runs both sources' steps at once (the second starts
+    up while the first scrapes), and the scrape slot still keeps their scraping apart."""
+    import collections
+
+    d = fleet_env.tmp / "slow"
+    d.mkdir()
+    for n in ("slow_a", "slow_b"):
+        (d / f"{n}.py").write_text(SLOW.format(name=n))
+    spans = fleet_env.tmp / "spans"
+    env = {**fleet_env.env, "FLEET_SCRAPERS_DIR": str(d), "FLEET_MAX_PARALLEL": "1", "FLEET_STEP_HEADROOM": "1",
+           "SPANS": str(spans)}
+    res = run_fleet(env, "run", "--week", WEEK, "--force")
+    assert res.returncode == 0, (res.stdout + res.stderr)[-4000:]
+    (s1, e1), (s2, e2) = sorted(tuple(map(float, line.split())) for line in spans.read_text().splitlines())
+    assert s2 >= e1, "two scrapes overlapped although the cap is one"
+
+    os.environ["DAGSTER_HOME"] = str(fleet_env.home / "dagster")
+    with DagsterInstance.get() as instance:
+        assert instance.event_log_storage.get_concurrency_info("scrapers").slot_count == 2
+        run = next(r for r in instance.get_runs() if r.job_name == "scrape_week")
+        events = collections.defaultdict(dict)
+        waited = []
+        for e in instance.all_logs(run.run_id):
+            if e.dagster_event is not None and e.step_key:
+                events[e.step_key].setdefault(e.dagster_event.event_type_value, e.timestamp)
+            elif "for a scrape slot" in (e.user_message or ""):
+                waited.append(e.user_message)
+    first, second = sorted(events.values(), key=lambda ev: ev["STEP_SUCCESS"])
+    assert second["STEP_START"] < first["STEP_SUCCESS"], "the second step did not start before the first ended"
+    assert len(waited) == 1 and "(FLEET_MAX_PARALLEL=1)" in waited[0], waited

@@ -162,3 +162,43 @@ def test_bad_worker_settings_are_clear_errors(monkeypatch):
     monkeypatch.setenv("FLEET_WORKER_IDLE_S", "soon")
     with pytest.raises(FleetError, match="FLEET_WORKER_IDLE_S must be a number, got 'soon'"):
         pool.idle_seconds()
+
+
+HOLD_SLOT = """
+import sys, time
+from pathlib import Path
+from fleet.scraping.slots import scrape_slot
+with scrape_slot(Path(sys.argv[1]), int(sys.argv[2])):
+    print("held", flush=True)
+    time.sleep(600)
+"""
+
+
+def test_scrape_slots_cap_holders_across_processes_and_a_killed_holder_frees_its_slot(tmp_path):
+    from fleet.scraping.slots import scrape_slot
+
+    slots = tmp_path / "slots"
+    holders = [subprocess.Popen([sys.executable, "-c", HOLD_SLOT, str(slots), "2"], stdout=subprocess.PIPE, text=True,
+                                cwd=ROOT) for _ in range(2)]
+    try:
+        assert [h.stdout.readline().strip() for h in holders] == ["held", "held"]
+        third = subprocess.Popen([sys.executable, "-c", HOLD_SLOT, str(slots), "2"], stdout=subprocess.PIPE, text=True,
+                                 cwd=ROOT)
+        holders.append(third)
+        import select
+        ready, _, _ = select.select([third.stdout], [], [], 1.5)
+        assert not ready and third.poll() is None, "a third holder got a slot of two"
+        holders[0].kill()  # the kernel releases a dead holder's flock
+        holders[0].wait()
+        t = time.monotonic()
+        assert third.stdout.readline().strip() == "held"
+        assert time.monotonic() - t < 5
+        # and this process still finds both slots taken until one more holder goes
+        holders[1].kill()
+        holders[1].wait()
+        with scrape_slot(slots, 2, poll_s=0.01) as waited:
+            assert waited < 5
+    finally:
+        for h in holders:
+            h.kill()
+            h.wait()

@@ -31,7 +31,8 @@ def build_defs() -> Definitions:
                                    executor_def=in_process_executor)
     sensors, schedules = build_automation(scrape_job, publish_job)
     executor = multiprocess_executor.configured({
-        "max_concurrent": s.max_parallel,
+        # as many as the pool admits, so no step waits on a pool claim; max_parallel of them scrape at once
+        "max_concurrent": s.steps_in_flight,
         # forkserver: each step forks from a process that has already imported and resolved fleet's definitions
         # and done Dagster's one-off storage work (fleet/defs/warm.py), instead of starting cold
         "start_method": {"forkserver": {"preload_modules": list(FORKSERVER_PRELOAD)}},

@@ -25,7 +25,7 @@ telemetry:
   enabled: false
 {"" if s.compute_logs else NO_COMPUTE_LOGS}concurrency:
   pools:
-    default_limit: {s.max_parallel}
+    default_limit: {s.steps_in_flight}
     granularity: op
   runs:
     max_concurrent_runs: 8
@@ -71,6 +71,7 @@ def get_instance(s: Settings):
         fcntl.flock(lock, fcntl.LOCK_EX)
         instance = DagsterInstance.get()
         # The pool cap must hold across concurrent runs, so it lives in the instance, not in a run's executor.
-        if instance.event_log_storage.get_concurrency_info(POOL).slot_count != s.max_parallel:
-            instance.event_log_storage.set_concurrency_slots(POOL, s.max_parallel)
+        # It admits steps_in_flight steps; max_parallel of them scrape at once (fleet/scraping/slots.py).
+        if instance.event_log_storage.get_concurrency_info(POOL).slot_count != s.steps_in_flight:
+            instance.event_log_storage.set_concurrency_slots(POOL, s.steps_in_flight)
     return instance

@@ -25,6 +25,7 @@ from fleet.scraping import browser as shared_browser
 from fleet.scraping import pool
 from fleet.scraping.discovery import Source
 from fleet.scraping.procs import kill_tree
+from fleet.scraping.slots import scrape_slot
 from fleet.storage import store as keys
 from fleet.storage.frames import build_frame, read_spool
 from fleet.storage.store import ArtifactStore
@@ -196,85 +197,91 @@ def run_source(source: Source, week: str, *, store: ArtifactStore, run_id: str, 
     spec_path = work / f"spec-{attempt}.json"
     browser_dir = None
     start_error = None
-    if warm:
-        spec_path.write_text(json.dumps(spec))
-        started = time.monotonic()
-        try:
-            proc = pool.lease(s.home / "workers" / ("shared" if shared else "own"), chromium=spec["chromium"],
-                              browser_dir=s.browser_dir if shared else None, node_cache=spec["node_cache"],
-                              startup_limit=STARTUP_LIMIT_S)
-        except pool.WorkerStartError as exc:
-            proc, start_error = None, str(exc)
-        else:
+    # Only the part that holds a worker and its browser counts against FLEET_MAX_PARALLEL: the step's start-up,
+    # and its frame, checks and events after this, run outside it (fleet/scraping/slots.py).
+    with scrape_slot(s.slots_dir, s.max_parallel) as waited:
+        if waited >= 1:
+            log_line(f"[run {run_id}] [{source.name}] waited {waited:.1f}s for a scrape slot "
+                     f"(FLEET_MAX_PARALLEL={s.max_parallel})")
+        if warm:
+            spec_path.write_text(json.dumps(spec))
+            started = time.monotonic()
             try:
-                proc.start(spec_path, dict(os.environ), os.getcwd())  # a warm worker takes on this step's world
-            except OSError as exc:
-                proc.release()
-                proc, start_error = None, f"warm worker {proc.pid} went away before it took the source ({exc})"
+                proc = pool.lease(s.home / "workers" / ("shared" if shared else "own"), chromium=spec["chromium"],
+                                  browser_dir=s.browser_dir if shared else None, node_cache=spec["node_cache"],
+                                  startup_limit=STARTUP_LIMIT_S)
+            except pool.WorkerStartError as exc:
+                proc, start_error = None, str(exc)
             else:
-                started = time.monotonic()
-                how = "a new warm worker" if proc.new else f"warm, its source no. {proc.served + 1}"
-    else:
-        if shared:
-            browser_dir = s.browser_dir
+                try:
+                    proc.start(spec_path, dict(os.environ), os.getcwd())  # a warm worker takes on this step's world
+                except OSError as exc:
+                    proc.release()
+                    proc, start_error = None, f"warm worker {proc.pid} went away before it took the source ({exc})"
+                else:
+                    started = time.monotonic()
+                    how = "a new warm worker" if proc.new else f"warm, its source no. {proc.served + 1}"
+        else:
+            if shared:
+                browser_dir = s.browser_dir
+                try:
+                    spec["cdp_endpoint"] = shared_browser.acquire(browser_dir, spec["chromium"])
+                except FleetError as exc:  # a browser of its own is slower, not wrong
+                    log_line(f"[run {run_id}] [{source.name}] no shared browser ({exc}); launching one for this source")
+                    browser_dir, shared = None, False
+            spec_path.write_text(json.dumps(spec))
+            started = time.monotonic()
             try:
-                spec["cdp_endpoint"] = shared_browser.acquire(browser_dir, spec["chromium"])
-            except FleetError as exc:  # a browser of its own is slower, not wrong
-                log_line(f"[run {run_id}] [{source.name}] no shared browser ({exc}); launching one for this source")
-                browser_dir, shared = None, False
-        spec_path.write_text(json.dumps(spec))
-        started = time.monotonic()
+                proc = start_worker(spec_path)
+            except BaseException:
+                if browser_dir is not None:
+                    shared_browser.release(browser_dir)
+                raise
+            how = "forked from the step" if isinstance(proc, ForkedWorker) else "new interpreter"
+        if proc is None:
+            result = {"status": "failed", "category": "infra", "error": f"source {source.name}: {start_error}"}
+            log_line(f"[run {run_id}] [{source.name}] {result['error']}")
+            return _finish(source, week, store, run_id, attempt, deep, work, result, 0.0)
+
+        log_line(f"[run {run_id}] [{source.name}] worker {proc.pid} started "
+                 f"({how}, {'context in the shared browser' if shared else 'browser of its own'}; limit {timeout:g}s)")
+
+        def pump():
+            for line in proc.stderr:
+                line = line.rstrip()
+                if line:
+                    log_line(line if line.startswith("[run ") else f"[run {run_id}] [{source.name}] {line}")
+
+        pump_thread = threading.Thread(target=pump, daemon=True)
+        pump_thread.start()
+        timed_out = startup_failed = False
+        ready_path = Path(spec["ready_path"])
+        ready_at = None
         try:
-            proc = start_worker(spec_path)
-        except BaseException:
+            # The limit runs from the moment the browser is up; start-up itself has its own, generous limit.
+            while proc.poll() is None:
+                now = time.monotonic()
+                if ready_at is None and ready_path.exists():
+                    ready_at = now
+                if ready_at is None and now - started > STARTUP_LIMIT_S:
+                    startup_failed = True
+                    break
+                if ready_at is not None and now - ready_at > timeout:
+                    timed_out = True
+                    break
+                try:
+                    proc.wait(timeout=0.05)
+                except subprocess.TimeoutExpired:
+                    pass
+        finally:
+            if proc.poll() is None:
+                kill_worker(proc)
             if browser_dir is not None:
                 shared_browser.release(browser_dir)
-            raise
-        how = "forked from the step" if isinstance(proc, ForkedWorker) else "new interpreter"
-    if proc is None:
-        result = {"status": "failed", "category": "infra", "error": f"source {source.name}: {start_error}"}
-        log_line(f"[run {run_id}] [{source.name}] {result['error']}")
-        return _finish(source, week, store, run_id, attempt, deep, work, result, 0.0)
-
-    log_line(f"[run {run_id}] [{source.name}] worker {proc.pid} started "
-             f"({how}, {'context in the shared browser' if shared else 'browser of its own'}; limit {timeout:g}s)")
-
-    def pump():
-        for line in proc.stderr:
-            line = line.rstrip()
-            if line:
-                log_line(line if line.startswith("[run ") else f"[run {run_id}] [{source.name}] {line}")
-
-    pump_thread = threading.Thread(target=pump, daemon=True)
-    pump_thread.start()
-    timed_out = startup_failed = False
-    ready_path = Path(spec["ready_path"])
-    ready_at = None
-    try:
-        # The limit runs from the moment the browser is up; start-up itself has its own, generous limit.
-        while proc.poll() is None:
-            now = time.monotonic()
-            if ready_at is None and ready_path.exists():
-                ready_at = now
-            if ready_at is None and now - started > STARTUP_LIMIT_S:
-                startup_failed = True
-                break
-            if ready_at is not None and now - ready_at > timeout:
-                timed_out = True
-                break
-            try:
-                proc.wait(timeout=0.05)
-            except subprocess.TimeoutExpired:
-                pass
-    finally:
-        if proc.poll() is None:
-            kill_worker(proc)
-        if browser_dir is not None:
-            shared_browser.release(browser_dir)
-    pump_thread.join(timeout=2)
-    if isinstance(proc, pool.Lease):
-        proc.release()
-    seconds = round(time.monotonic() - (ready_at or started), 3)
+        pump_thread.join(timeout=2)
+        if isinstance(proc, pool.Lease):
+            proc.release()
+        seconds = round(time.monotonic() - (ready_at or started), 3)
 
     result_path = Path(spec["result_path"])
     result = json.loads(result_path.read_text()) if result_path.exists() else None

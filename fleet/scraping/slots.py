@@ -1,0 +1,48 @@
+"""Scrape slots: at most ``FLEET_MAX_PARALLEL`` sources hold a browser at once, across every run of a ``FLEET_HOME``.
+
+A Dagster step per source does more than scrape: its process starts, its checks run and its events are written
+(about 1.4 s of a slot per source on the 2-core machine of BENCHMARKS.md). If Dagster's pool were the only cap,
+a source's scraping could start only once the step before it had done all of that and its process had exited.
+So Dagster's pool ``scrapers`` admits a few more steps than the cap (``FLEET_STEP_HEADROOM``, see
+``Settings.steps_in_flight``), and the cap itself is held here, around the part of a step that uses a worker and
+its browser: the next source starts scraping while the last one writes its checks.
+
+A slot is an flock on ``slot-N.lock`` in ``FLEET_HOME/slots``, for N below the cap, taken without waiting and
+tried again every ``poll_s``. The kernel releases it when its holder exits, however it exits, so a crashed step
+never keeps a slot.
+"""
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import random
+import time
+from pathlib import Path
+from typing import Iterator
+
+
+@contextlib.contextmanager
+def scrape_slot(directory: Path, cap: int, *, poll_s: float = 0.05) -> Iterator[float]:
+    """Hold one of ``cap`` slots of ``directory`` for the duration of the block; yields the seconds waited."""
+    directory.mkdir(parents=True, exist_ok=True)
+    cap = max(1, int(cap))
+    began = time.monotonic()
+    fd = None
+    first = random.randrange(cap)  # waiters spread over the slots instead of all probing slot 0 first
+    while fd is None:
+        for i in range(cap):
+            candidate = os.open(directory / f"slot-{(first + i) % cap}.lock", os.O_CREAT | os.O_RDWR, 0o600)
+            try:
+                fcntl.flock(candidate, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(candidate)
+                continue
+            fd = candidate
+            break
+        else:
+            time.sleep(poll_s)
+    try:
+        yield time.monotonic() - began
+    finally:
+        os.close(fd)  # unlocks
