@@ -1,6 +1,7 @@
 """The Dagster instance fleet uses: sqlite under ``FLEET_HOME/dagster``, with the scrapers pool and one run per week."""
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -19,11 +20,22 @@ NO_COMPUTE_LOGS = """compute_logs:
 """
 
 
+# Dagster's own sqlite event log, in its own files, with a connection kept open per file and process instead of
+# one opened per event (fleet/defs/storage.py). The runs and schedules databases stay Dagster's defaults.
+EVENT_LOG = """event_log_storage:
+  module: fleet.defs.storage
+  class: FleetSqliteEventLogStorage
+  config:
+    base_dir: {base_dir}
+"""
+
+
 def dagster_yaml(s: Settings) -> str:
+    events = EVENT_LOG.format(base_dir=json.dumps(os.path.join(str(s.dagster_home), "history", "runs", "")))
     return f"""# Written by fleet. Edit FLEET_* settings rather than this file.
 telemetry:
   enabled: false
-{"" if s.compute_logs else NO_COMPUTE_LOGS}concurrency:
+{events}{"" if s.compute_logs else NO_COMPUTE_LOGS}concurrency:
   pools:
     default_limit: {s.steps_in_flight}
     granularity: op
