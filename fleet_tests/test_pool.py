@@ -202,3 +202,29 @@ def test_scrape_slots_cap_holders_across_processes_and_a_killed_holder_frees_its
         for h in holders:
             h.kill()
             h.wait()
+
+
+WAIT_SLOT = """
+import sys, time
+from pathlib import Path
+from fleet.scraping.slots import scrape_slot
+with scrape_slot(Path(sys.argv[1]), 1, resuming=sys.argv[2] == "1"):
+    with open(sys.argv[3], "a") as fh:
+        fh.write(sys.argv[4] + "\\n")
+    time.sleep(0.5)
+"""
+
+
+def test_an_attempt_resuming_a_crashed_one_takes_the_next_free_slot_first(tmp_path):
+    from fleet.scraping.slots import scrape_slot
+
+    slots, order = tmp_path / "slots", tmp_path / "order"
+    with scrape_slot(slots, 1):
+        waiters = [subprocess.Popen([sys.executable, "-c", WAIT_SLOT, str(slots), "0", str(order), "new"], cwd=ROOT)]
+        time.sleep(1.0)  # the new source is waiting first
+        waiters.append(subprocess.Popen([sys.executable, "-c", WAIT_SLOT, str(slots), "1", str(order), "resumed"],
+                                        cwd=ROOT))
+        time.sleep(1.0)
+        assert not order.exists()
+    assert [w.wait(timeout=30) for w in waiters] == [0, 0]
+    assert order.read_text().split() == ["resumed", "new"]

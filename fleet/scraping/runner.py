@@ -199,7 +199,9 @@ def run_source(source: Source, week: str, *, store: ArtifactStore, run_id: str, 
     start_error = None
     # Only the part that holds a worker and its browser counts against FLEET_MAX_PARALLEL: the step's start-up,
     # and its frame, checks and events after this, run outside it (fleet/scraping/slots.py).
-    with scrape_slot(s.slots_dir, s.max_parallel) as waited:
+    # An attempt that resumes a crashed one (its rows are spooled here) takes the next free slot before others.
+    resuming = any(work.glob("rows-*.jsonl"))
+    with scrape_slot(s.slots_dir, s.max_parallel, resuming=resuming) as waited:
         if waited >= 1:
             log_line(f"[run {run_id}] [{source.name}] waited {waited:.1f}s for a scrape slot "
                      f"(FLEET_MAX_PARALLEL={s.max_parallel})")

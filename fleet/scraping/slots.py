@@ -24,26 +24,52 @@ from pathlib import Path
 from typing import Iterator
 
 
+def _try_slot(directory: Path, cap: int, first: int) -> int | None:
+    for i in range(cap):
+        candidate = os.open(directory / f"slot-{(first + i) % cap}.lock", os.O_CREAT | os.O_RDWR, 0o600)
+        try:
+            fcntl.flock(candidate, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(candidate)
+            continue
+        return candidate
+    return None
+
+
+def _resumer_waiting(resume_fd: int) -> bool:
+    """Whether an attempt that resumes a crashed one is waiting (it holds ``resume.lock`` shared meanwhile)."""
+    try:
+        fcntl.flock(resume_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    fcntl.flock(resume_fd, fcntl.LOCK_UN)
+    return False
+
+
 @contextlib.contextmanager
-def scrape_slot(directory: Path, cap: int, *, poll_s: float = 0.05) -> Iterator[float]:
-    """Hold one of ``cap`` slots of ``directory`` for the duration of the block; yields the seconds waited."""
+def scrape_slot(directory: Path, cap: int, *, resuming: bool = False, poll_s: float = 0.05) -> Iterator[float]:
+    """Hold one of ``cap`` slots of ``directory`` for the duration of the block; yields the seconds waited.
+
+    An attempt that resumes a crashed one (``resuming``) goes first: while it waits, it holds ``resume.lock``
+    shared, and the others do not take a free slot. A crashed source's step is re-executed after its slot has
+    gone to a waiting step; without this, it would wait for the slot after that, and its second half would
+    run after the rest of the week."""
     directory.mkdir(parents=True, exist_ok=True)
     cap = max(1, int(cap))
     began = time.monotonic()
-    fd = None
     first = random.randrange(cap)  # waiters spread over the slots instead of all probing slot 0 first
-    while fd is None:
-        for i in range(cap):
-            candidate = os.open(directory / f"slot-{(first + i) % cap}.lock", os.O_CREAT | os.O_RDWR, 0o600)
-            try:
-                fcntl.flock(candidate, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                os.close(candidate)
-                continue
-            fd = candidate
-            break
-        else:
-            time.sleep(poll_s)
+    resume_fd = os.open(directory / "resume.lock", os.O_CREAT | os.O_RDWR, 0o600)
+    fd = None
+    try:
+        if resuming:
+            fcntl.flock(resume_fd, fcntl.LOCK_SH)
+        while fd is None:
+            if resuming or not _resumer_waiting(resume_fd):
+                fd = _try_slot(directory, cap, first)
+            if fd is None:
+                time.sleep(poll_s)
+    finally:
+        os.close(resume_fd)  # unlocks
     try:
         yield time.monotonic() - began
     finally:
