@@ -12,7 +12,12 @@ on this machine (``bench/`` has the numbers) showed that a step process spent:
 - a further slice importing modules lazily: the sqlite storages, ``upath``, and fleet's runner and worker.
   Those are imported here.
 - some time resolving the job from ``fleet.defs.definitions``. Resolving it here caches it on the shared
-  ``Definitions`` object.
+  ``Definitions`` object. Each step then also built the job's run config schema, which covers every source's
+  op (0.13 s of a step under cProfile, at 40 sources, and it grows with them); it is built here too, once, and
+  cached on the job (a subset run builds its own).
+- importing, lazily and in every step, the modules Dagster needs to rebuild the instance from its ref and to
+  read the run config (secrets loading with ``dotenv``, the storages' wrappers, fleet's event log). They are
+  listed in ``STEP_IMPORTS``; the list is what ``sys.modules`` gained during a step's ``execute()``.
 - a full (generation 2) garbage collection over everything it inherited: about 225,000 objects of Dagster,
   Playwright, polars and fleet's definitions, 0.14-0.15 CPU-s of a step's ~0.4 (measured with
   ``gc.callbacks`` in 10 zero-page steps; whether a step hits one depends on the allocation counts it forks
@@ -67,6 +72,17 @@ def cache_alembic_heads() -> None:
         log.warning("fleet: could not prime alembic head revisions (%s)", exc)
 
 
+# What a step imported during its execute() when these were not preloaded (dagster 1.13; a name that moves is
+# skipped).
+STEP_IMPORTS = (
+    "dagster._core.instance.factory", "dagster._core.secrets.env_file", "dagster._core.storage.legacy_storage",
+    "dagster._core.storage.sqlite_storage", "dagster._core.storage.root",
+    "dagster._core.storage.noop_compute_log_manager", "dagster._core.system_config.composite_descent",
+    "dagster._core.workspace.autodiscovery", "dagster._core.utility_ops", "dagster._utils.temp_file",
+    "dagster._utils.test", "fleet.defs.storage", "polars._utils.parquet", "upath.implementations.local",
+)
+
+
 def warm() -> None:
     """Never raises: the forkserver only tolerates ImportError from a preloaded module, and a step that
     starts cold is slower, not wrong."""
@@ -79,9 +95,15 @@ def warm() -> None:
         import fleet.scraping.worker  # noqa: F401
         from fleet.defs.definitions import defs
         for job in ("scrape_week", "publish_week"):
-            defs.resolve_job_def(job)
+            defs.resolve_job_def(job).run_config_schema  # noqa: B018  (built once and cached on the job)
     except Exception as exc:  # the step will report the real problem itself, with its source named
         log.warning("fleet: step processes start cold (%s: %s)", type(exc).__name__, exc)
+    import importlib
+    for name in STEP_IMPORTS:
+        try:
+            importlib.import_module(name)
+        except Exception:  # a module a later Dagster moved: the step imports what it needs itself
+            pass
 
 
 def freeze_inherited_heap() -> None:
