@@ -3,9 +3,9 @@
 A Dagster step per source does more than scrape: its process starts, its checks run and its events are written
 (about 1.4 s of a slot per source on the 2-core machine of BENCHMARKS.md). If Dagster's pool were the only cap,
 a source's scraping could start only once the step before it had done all of that and its process had exited.
-So Dagster's pool ``scrapers`` admits more steps than the cap (``FLEET_STEP_HEADROOM`` more, by default as many
-again: sources of a wave tend to finish together, so a whole wave's successors should be ready; see
-``Settings.steps_in_flight``), and the cap itself is held here, around the part of a step that uses a worker and
+So Dagster's pool ``scrapers`` admits more steps than the cap (``FLEET_STEP_HEADROOM`` more, by default half
+as many again: the sources of a wave finish within seconds of each other, and each that finishes lets Dagster
+start another step; see ``Settings.steps_in_flight``), and the cap itself is held here, around the part of a step that uses a worker and
 its browser: the next source starts scraping while the last one writes its checks. A step waiting for a slot
 is an idle process; it logs how long it waited once it has one.
 
