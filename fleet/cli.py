@@ -67,6 +67,8 @@ def run_week(week: str, sources: tuple[str, ...] = (), deep: tuple[str, ...] = (
     s = settings()
     instance = get_instance(s)
     d.start_forkserver()
+    from fleet.scraping import zygote
+    zygote.start(s.home / "workers")  # it imports what warm workers need while Dagster creates the run
     names = sorted(k.path[-1] for k in d.defs.resolve_all_asset_keys() if k.path[0] == "raw")
     unknown = [n for n in (*sources, *deep) if n not in names]
     if unknown:

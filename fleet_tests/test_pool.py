@@ -228,3 +228,37 @@ def test_an_attempt_resuming_a_crashed_one_takes_the_next_free_slot_first(tmp_pa
         assert not order.exists()
     assert [w.wait(timeout=30) for w in waiters] == [0, 0]
     assert order.read_text().split() == ["resumed", "new"]
+
+
+def _ppid(pid):
+    with open(f"/proc/{pid}/stat") as fh:
+        return int(fh.read().rsplit(")", 1)[1].split()[1])
+
+
+def test_new_warm_workers_fork_from_the_zygote_and_keep_nothing_of_it_but_its_imports(home, tmp_path, monkeypatch):
+    monkeypatch.setenv("FLEET_TEST_PROBE", "from-the-step")
+    monkeypatch.chdir(tmp_path)
+    out, rows = _run(home, "probe")
+    assert out.status == "ok", out.error
+    worker, root = rows[0]["pid"], home / "workers"
+    zygote_pid = int((root / "zygote.pid").read_text())
+    assert _ppid(worker) == zygote_pid, "the warm worker was not forked by the zygote"
+    # the step's world, not the zygote's; none of the zygote's files
+    assert rows[0]["probe_env"] == "from-the-step" and rows[0]["cwd"] == str(tmp_path)
+    held = {os.readlink(f"/proc/{worker}/fd/{fd}") for fd in os.listdir(f"/proc/{worker}/fd")}
+    assert not any("zygote" in target for target in held), held
+    # the zygote never imports a scraper module
+    with open(f"/proc/{zygote_pid}/maps") as fh:
+        assert "probes" not in fh.read()
+
+    # a worker that dies mid-source is an infra failure whose exit status the zygote reported
+    out, _ = _run(home, "crashes")
+    assert out.status == "failed" and out.category == "infra", out
+    assert "killed by signal SIGKILL" in out.error, out.error
+
+    # no zygote (or one that does not answer): a new interpreter, as before
+    pool.stop(root)
+    assert not (root / "zygote.sock").exists()
+    monkeypatch.setattr("fleet.scraping.zygote.spawn", lambda *a, **k: None)
+    out, rows = _run(home, "probe")
+    assert out.status == "ok" and _ppid(rows[0]["pid"]) == os.getpid()

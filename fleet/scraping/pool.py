@@ -51,6 +51,7 @@ from pathlib import Path
 
 from fleet.config import env_number
 from fleet.errors import FleetError
+from fleet.scraping import zygote
 from fleet.scraping.procs import alive, descendants, kill_pids, kill_tree
 
 GREETING = "fleet-worker"
@@ -71,7 +72,7 @@ def max_sources() -> int:
 
 
 def _paths(directory: Path, wid: str) -> dict[str, Path]:
-    return {k: directory / f"{wid}.{k}" for k in ("lock", "pid", "sock", "log")}
+    return {k: directory / f"{wid}.{k}" for k in ("lock", "pid", "sock", "log", "exit")}
 
 
 def _remove(directory: Path, wid: str) -> None:
@@ -136,8 +137,11 @@ class Lease:
                 with contextlib.suppress(subprocess.TimeoutExpired):
                     self.popen.wait(2)
                 self.returncode = self.popen.returncode if self.popen.returncode is not None else -1
-            else:
-                self.returncode = -1  # not our child: its exit status is not ours to read
+            else:  # started by an earlier step: the zygote that forked it reports how it ended, if it did
+                child = zygote.ZygoteChild(self.pid, self.directory / f"{self.wid}.exit")
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    child.wait(2)
+                self.returncode = child.returncode if child.returncode is not None else -1
         return self.returncode
 
     def wait(self, timeout: float | None = None) -> int:
@@ -148,7 +152,7 @@ class Lease:
     def exit_reason(self) -> str:
         code = self.poll()
         if code is None or (code == -1 and self.popen is None):
-            return "it was started by an earlier step, so its exit status is unknown here"
+            return "it was started by an earlier step and not by the zygote, so its exit status is unknown here"
         return f"killed by signal {signal.Signals(-code).name}" if code < 0 else f"exit code {code}"
 
     def release(self) -> None:
@@ -242,11 +246,15 @@ def _start(directory: Path, *, chromium: str, browser_dir: Path | None, node_cac
     fd = os.open(tmp_lock, os.O_CREAT | os.O_RDWR, 0o600)
     fcntl.flock(fd, fcntl.LOCK_EX)
     try:
-        with open(paths["log"], "ab") as log:
-            popen = subprocess.Popen(
-                [sys.executable, "-m", "fleet.scraping.pool", "serve", str(directory), wid, chromium,
-                 str(browser_dir or ""), node_cache],
-                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, close_fds=True)
+        serve_args = [str(directory), wid, chromium, str(browser_dir or ""), node_cache]
+        # forked by the zygote, with its imports done (fleet/scraping/zygote.py); a new interpreter if none answers
+        popen = zygote.spawn(directory.parent, serve_args, paths["log"], directory / f"{wid}.exit", dict(os.environ),
+                             os.getcwd())
+        if popen is None:
+            with open(paths["log"], "ab") as log:
+                popen = subprocess.Popen([sys.executable, "-m", "fleet.scraping.pool", "serve", *serve_args],
+                                         stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                         start_new_session=True, close_fds=True)
         paths["pid"].write_text(str(popen.pid))
         os.replace(tmp_lock, paths["lock"])
         deadline = time.monotonic() + startup_limit
@@ -298,7 +306,18 @@ def stop_idle(root: Path) -> int:
             _remove(directory, wid)
             os.close(fd)
     _wait_gone(stopped)  # so that their leases on the shared browser no longer count
+    zygote.stop(root)
+    _clear_exit_files(root)
     return len(stopped)
+
+
+def _clear_exit_files(root: Path) -> None:
+    """The zygote writes ``ID.exit`` when it reaps a worker, which can be after the worker's other files are
+    gone; those of workers no step can ask about any more are cleared here."""
+    for directory in _kinds(root):
+        for exit_file in directory.glob("*.exit"):
+            if not (directory / f"{exit_file.name[:-len('.exit')]}.lock").exists():
+                exit_file.unlink(missing_ok=True)
 
 
 def stop(root: Path) -> None:
@@ -313,6 +332,8 @@ def stop(root: Path) -> None:
                 stopped.append(pid)
             _remove(directory, wid)
     _wait_gone(stopped)
+    zygote.stop(root)
+    _clear_exit_files(root)
 
 
 # --- the worker -------------------------------------------------------------------------------------------

@@ -82,3 +82,18 @@ class Lingers(Scraper):
         (Path(os.environ["FLEET_TEST_COUNTER_DIR"]) / "lingers.pid").write_text(str(os.getpid()))
         await asyncio.sleep(60)
         yield {"id": 1}
+
+
+class Crashes(Scraper):
+    """Kills its own worker process mid-scrape (SIGKILL), the way a crash in a native library would end it."""
+
+    name = "crashes"
+    schema = {"id": pl.Int64}
+    key = ("id",)
+    timeout_s = 60
+
+    async def scrape(self, page, ctx):
+        import signal
+        await page.set_content("<p>crash</p>")
+        os.kill(os.getpid(), signal.SIGKILL)
+        yield {"id": 1}
