@@ -62,6 +62,8 @@ def run(quick: bool, repeats: int) -> dict:
         return {"ratio": rnd(ratio), "goal": rnd(goal), "ok": ratio <= goal, "sources": n, "crashing": k,
                 "crashing_sources": crashing, "cap": cap, "pages_per_source": pages, "latency_ms": latency_ms,
                 "repeats": repeats, "crash_wall_s": rnd(cw), "clean_wall_s": rnd(bw),
+                "crash_walls_s": [rnd(r["wall"], 1) for r in runs["crash"]],
+                "clean_walls_s": [rnd(r["wall"], 1) for r in runs["clean"]],
                 "crash_cpu_s": rnd(median([r["cpu"] for r in runs["crash"]])),
                 "clean_cpu_s": rnd(median([r["cpu"] for r in runs["clean"]]))}
     finally:

@@ -126,6 +126,10 @@ def run(quick: bool, repeats: int) -> dict:
             "sources": n, "cap": cap, "pages_per_source": pages, "latency_ms": latency_ms, "repeats": repeats,
             "ideal_latency_bound_s": rnd(-(-n // cap) * pages * latency_ms / 1000),
             "fleet_wall_s": rnd(fw), "baseline_wall_s": rnd(bw),
+            # every repeat, in order: the machine is shared, and one slow run in a few is not rare here
+            "fleet_walls_s": [rnd(r["wall"], 1) for r in fleet_runs],
+            "baseline_walls_s": [rnd(r["wall"], 1) for r in base_runs],
+            "runner_only_walls_s": [rnd(r["wall"], 1) for r in runner_runs],
             "fleet_cpu_s": rnd(fc), "baseline_cpu_s": rnd(bc),
             "fleet_peak_rss_mb": rnd(median([r["peak_rss_mb"] for r in fleet_runs]), 1),
             "baseline_peak_rss_mb": rnd(median([r["peak_rss_mb"] for r in base_runs]), 1),
