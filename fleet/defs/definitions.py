@@ -4,6 +4,7 @@ from __future__ import annotations
 from dagster import AssetSelection, Definitions, define_asset_job, in_process_executor, multiprocess_executor
 
 from fleet.config import scraper_dirs, settings
+from fleet.defs import executor as executor_patch
 from fleet.defs.assets import PUBLISH_GROUP, RAW_GROUP, crash_retry_policy, partitions, publish_assets, raw_asset
 from fleet.defs.automation import build_automation
 from fleet.scraping.discovery import discover
@@ -14,6 +15,7 @@ FORKSERVER_PRELOAD = ("fleet.defs.warm",)
 
 
 def build_defs() -> Definitions:
+    executor_patch.install()  # the run process reads its steps' events without idle waits (fleet/defs/executor.py)
     s = settings()
     sources = discover(scraper_dirs())
     parts = partitions()
