@@ -17,6 +17,9 @@ exits after ``FLEET_WORKER_MAX_SOURCES`` sources (default 50) and after ``FLEET_
 not share a process with sources before it sets ``own_process = True``; ``FLEET_WORKERS=fresh`` turns warm
 workers off altogether.
 
+A new worker forks from the zygote (fleet/scraping/zygote.py), which has already imported what a worker
+runs; if the zygote does not answer, it is a new interpreter (``python -m fleet.scraping.pool serve``).
+
 Files in a pool's directory (``FLEET_HOME/workers/own`` or ``.../shared``), per worker ``ID``:
 
 - ``ID.lock``: held (flock) by the step using the worker. A step takes a worker by locking it without
@@ -24,7 +27,8 @@ Files in a pool's directory (``FLEET_HOME/workers/own`` or ``.../shared``), per 
   ran at once;
 - ``ID.pid``: written by the step that started the worker;
 - ``ID.sock``: the worker's socket, created once its browser is up;
-- ``ID.log``: what the worker writes between sources.
+- ``ID.log``: what the worker writes between sources;
+- ``ID.exit``: its exit status, written by the zygote that reaped it while a step may still ask.
 
 Protocol, one connection per source: the worker greets with ``fleet-worker PID SERVED``, the step sends one
 JSON line: the path of the attempt's spec (see fleet/scraping/runner.py), its environment and its working

@@ -75,7 +75,7 @@ class ZygoteChild:
 def start(root: Path) -> None:
     """Start the zygote of ``root`` unless one is running (``fleet run`` calls this early); never waits."""
     root.mkdir(parents=True, exist_ok=True)
-    if (root / SOCK).exists() and _holder_alive(root):
+    if _holder_alive(root):  # running, or still importing
         return
     with open(root / "zygote.log", "ab") as log:
         subprocess.Popen([sys.executable, "-m", "fleet.scraping.zygote", str(root)], stdin=subprocess.DEVNULL,
