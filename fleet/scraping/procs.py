@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import time
 
 
 def alive(pid: int) -> bool:
@@ -57,3 +59,22 @@ def kill_tree(pid: int) -> None:
         os.killpg(pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass
+
+
+class PolledProcess:
+    """``subprocess.Popen.wait`` for a process handle that only knows how to ``poll`` (a worker forked by the
+    runner, or by the zygote)."""
+
+    pid: int
+    returncode: int | None = None
+
+    def poll(self) -> int | None:  # pragma: no cover - every subclass has its own
+        raise NotImplementedError
+
+    def wait(self, timeout: float | None = None) -> int:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.poll() is None:
+            if deadline is not None and time.monotonic() >= deadline:
+                raise subprocess.TimeoutExpired(f"worker {self.pid}", timeout)
+            time.sleep(0.01)
+        return self.returncode

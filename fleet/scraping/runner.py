@@ -24,7 +24,7 @@ from fleet.errors import BadRowError, FleetError
 from fleet.scraping import browser as shared_browser
 from fleet.scraping import pool
 from fleet.scraping.discovery import Source
-from fleet.scraping.procs import kill_tree
+from fleet.scraping.procs import PolledProcess, kill_tree
 from fleet.scraping.slots import scrape_slot
 from fleet.storage import store as keys
 from fleet.storage.frames import build_frame, read_spool
@@ -65,7 +65,7 @@ def kill_worker(proc) -> None:
     proc.wait()
 
 
-class ForkedWorker:
+class ForkedWorker(PolledProcess):
     """A worker forked from this process, with the subset of ``subprocess.Popen`` the runner uses.
 
     A Dagster step process forks from a server that has already imported fleet, Playwright and the scraper
@@ -112,14 +112,6 @@ class ForkedWorker:
             pid, status = os.waitpid(self.pid, os.WNOHANG)
             if pid:
                 self.returncode = os.waitstatus_to_exitcode(status)
-        return self.returncode
-
-    def wait(self, timeout: float | None = None) -> int:
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while self.poll() is None:
-            if deadline is not None and time.monotonic() >= deadline:
-                raise subprocess.TimeoutExpired(f"worker {self.pid}", timeout)
-            time.sleep(0.01)
         return self.returncode
 
 

@@ -34,14 +34,14 @@ import sys
 import time
 from pathlib import Path
 
-from fleet.scraping.procs import alive
+from fleet.scraping.procs import PolledProcess, alive
 
 SOCK, LOCK, PID = "zygote.sock", "zygote.lock", "zygote.pid"
 IDLE_S = 60.0
 READY_WAIT_S = 5.0  # how long a step waits for a zygote that is still importing
 
 
-class ZygoteChild:
+class ZygoteChild(PolledProcess):
     """A worker forked by the zygote, with the subset of ``subprocess.Popen`` the pool uses."""
 
     def __init__(self, pid: int, exit_path: Path):
@@ -61,14 +61,6 @@ class ZygoteChild:
                 self.exit_path.unlink(missing_ok=True)
             except (OSError, ValueError):
                 self.returncode = -1
-        return self.returncode
-
-    def wait(self, timeout: float | None = None) -> int:
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while self.poll() is None:
-            if deadline is not None and time.monotonic() >= deadline:
-                raise subprocess.TimeoutExpired(f"worker {self.pid}", timeout)
-            time.sleep(0.02)
         return self.returncode
 
 
