@@ -65,10 +65,11 @@ def run_week(week: str, sources: tuple[str, ...] = (), deep: tuple[str, ...] = (
     from fleet.policy import taxonomy as tx
 
     s = settings()
-    instance = get_instance(s)
-    d.start_forkserver()
     from fleet.scraping import zygote
-    zygote.start(s.home / "workers")  # it imports what warm workers need while Dagster creates the run
+    zygote.start(s.home / "workers")  # it imports what warm workers need while this process starts the run
+    from fleet.defs import warm  # noqa: F401  (warm before the instance: its storages use warm's alembic cache)
+    instance = get_instance(s)
+    d.start_forkserver()  # forked from this process, now warm (fleet/defs/forkserver.py)
     names = sorted(k.path[-1] for k in d.defs.resolve_all_asset_keys() if k.path[0] == "raw")
     unknown = [n for n in (*sources, *deep) if n not in names]
     if unknown:

@@ -3,6 +3,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from fleet_tests.conftest import ROOT
 
 DEMO = ["books", "catalog", "jobs", "parts", "shops", "stocks"]
@@ -37,28 +39,43 @@ def test_fault_sources_are_opt_in_and_a_syntax_error_is_its_own_asset():
     assert all(f"raw/{n}" in keys for n in DEMO)
 
 
-def test_fleet_runs_forkserver_is_started_early_with_the_executors_preload(tmp_path):
+FORKSERVER_PROBE = """import gc, multiprocessing, os, sys, threading, time
+from multiprocessing import forkserver
+def child(q):
+    q.put(('fleet.defs.warm' in sys.modules, os.getppid(), gc.get_freeze_count()))
+if __name__ == '__main__':
+    from fleet.defs import definitions as d
+    if sys.argv[1] == 'threaded':  # another thread: the server must be a new interpreter, not a fork
+        threading.Thread(target=time.sleep, args=(30,), daemon=True).start()
+    d.start_forkserver()
+    server = forkserver._forkserver._forkserver_pid
+    cmdline = open(f'/proc/{server}/cmdline', 'rb').read()
+    forked = cmdline == open('/proc/self/cmdline', 'rb').read()
+    assert forked != (b'forkserver import main' in cmdline), cmdline
+    ctx = multiprocessing.get_context('forkserver')
+    ctx.set_forkserver_preload(list(d.FORKSERVER_PRELOAD))  # as Dagster's executor does
+    q = ctx.SimpleQueue()
+    p = ctx.Process(target=child, args=(q,)); p.start(); p.join(60)
+    warm, parent, frozen = q.get()
+    print(forked, 'fleet.defs.warm' in sys.modules, warm, parent == server,
+          forkserver._forkserver._forkserver_pid == server, frozen > 10000, p.exitcode)
+"""
+
+
+@pytest.mark.parametrize("mode, expected", [
+    # `fleet run`: the server is a fork of the caller, once the caller has warmed itself
+    ("single", "True True True True True True 0"),
+    # with a second thread a fork is unsafe: a new interpreter preloads fleet.defs.warm, as Python would
+    ("threaded", "False False True True True True 0"),
+])
+def test_fleet_runs_forkserver_is_started_early_with_the_executors_preload(tmp_path, mode, expected):
     """`fleet run` starts its forkserver before it creates the run; the executor then forks every step from that
     same server, already warm (fleet.defs.warm imported), instead of starting and preloading one itself. The
     server's heap is frozen (gc.freeze), so a step's garbage collections never walk what it inherited."""
-    code = ("import gc, multiprocessing, os, sys\n"
-            "from multiprocessing import forkserver\n"
-            "def child(q):\n"
-            "    q.put(('fleet.defs.warm' in sys.modules, os.getppid(), gc.get_freeze_count()))\n"
-            "if __name__ == '__main__':\n"
-            "    from fleet.defs import definitions as d\n"
-            "    d.start_forkserver()\n"
-            "    server = forkserver._forkserver._forkserver_pid\n"
-            "    assert server and 'fleet.defs.warm' not in sys.modules\n"
-            "    ctx = multiprocessing.get_context('forkserver')\n"
-            "    ctx.set_forkserver_preload(list(d.FORKSERVER_PRELOAD))  # as Dagster's executor does\n"
-            "    q = ctx.SimpleQueue()\n"
-            "    p = ctx.Process(target=child, args=(q,)); p.start(); p.join(60)\n"
-            "    warm, parent, frozen = q.get()\n"
-            "    print(warm, parent == server, forkserver._forkserver._forkserver_pid == server, frozen > 10000)\n")
     env = {k: v for k, v in os.environ.items() if not k.startswith("FLEET_")}
     path = tmp_path / "forkserver_probe.py"  # a file: forkserver children import the main module by its path
-    path.write_text(code)
-    out = subprocess.run([sys.executable, str(path)], env=env, capture_output=True, text=True, cwd=ROOT, timeout=120)
+    path.write_text(FORKSERVER_PROBE)
+    out = subprocess.run([sys.executable, str(path), mode], env=env, capture_output=True, text=True, cwd=ROOT,
+                         timeout=120)
     assert out.returncode == 0, out.stderr[-3000:]
-    assert out.stdout.split() == ["True", "True", "True", "True"], out.stdout + out.stderr[-2000:]
+    assert out.stdout.strip() == expected, out.stdout + out.stderr[-2000:]

@@ -47,15 +47,25 @@ defs = build_defs()
 
 
 def start_forkserver() -> None:
-    """Start this process's forkserver now, so that it preloads fleet.defs.warm while the caller creates its run.
+    """Start this process's forkserver now, warm, before the caller creates its run.
 
     ``fleet run`` executes the scrape run in its own process, whose executor would start the forkserver only
     when it launches the first step, and wait for the preload then (3-4 s here). The executor finds the server
-    running with the same preload list and forks its steps from it."""
+    running with the same preload list and forks its steps from it. The server is forked from this process once
+    it has imported and warmed what the preload would (fleet/defs/forkserver.py); a process with threads gets a
+    new interpreter that preloads instead."""
     import multiprocessing
     from multiprocessing import forkserver
 
+    from fleet.defs.forkserver import fork_server
+
     multiprocessing.get_context("forkserver").set_forkserver_preload(list(FORKSERVER_PRELOAD))
+    try:
+        if fork_server() is not None:
+            return
+    except Exception as exc:  # the executor's own start still works, only later and colder
+        import logging
+        logging.getLogger(__name__).warning("fleet: forkserver not forked (%s: %s)", type(exc).__name__, exc)
     forkserver.ensure_running()
 
 
