@@ -69,3 +69,28 @@ def test_event_log_keeps_its_connections_and_never_shares_one_across_a_fork(tmp_
     assert len(storage._engines) == fleet_storage.MAX_OPEN
     instance.dispose()
     assert not storage._engines
+
+
+def test_event_log_commits_append_to_the_wal_without_an_fsync(tmp_path, monkeypatch):
+    """WAL with synchronous=NORMAL on fleet's connections; a second process still reads every committed event."""
+    import sqlalchemy as db
+    monkeypatch.setenv("FLEET_HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("DAGSTER_HOME", raising=False)
+    instance = get_instance(settings())
+    run = instance.create_run_for_job(tiny)
+    instance.store_event(_materialization(run.run_id, 0))
+    storage = instance.event_log_storage
+    with storage._engines[run.run_id].connect() as conn:
+        assert conn.execute(db.text("PRAGMA journal_mode")).scalar() == "wal"
+        assert conn.execute(db.text("PRAGMA synchronous")).scalar() == 1  # NORMAL (FULL is 2)
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            from dagster import DagsterInstance
+            other = DagsterInstance.get()  # a fresh instance: its own storage and connections
+            code = 0 if len(other.all_logs(run.run_id, of_type=DagsterEventType.ASSET_MATERIALIZATION)) == 1 else 3
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0

@@ -10,7 +10,8 @@ source before the run starts.
 
 What stays as it was: the files (``history/runs/<run_id>.db`` and ``index.db`` under ``DAGSTER_HOME``, so an
 existing ``FLEET_HOME`` keeps its history), one transaction per call, the storage's lock that serialises its
-threads, and sqlite's own locking between processes (WAL, the busy timeout). A connection never crosses a
+threads, and sqlite's own locking between processes (WAL, the busy timeout). One thing is changed: commits
+append to the WAL without an fsync (``synchronous=NORMAL``, see :func:`_wal_sync_normal`). A connection never crosses a
 fork: a forked process (Dagster's steps fork from a forkserver) opens its own, and leaves the ones it
 inherited untouched, since closing a copy of another process's sqlite connection is not safe. At most
 ``MAX_OPEN`` files stay open per process (the index and the latest runs'), so the webserver and the daemon,
@@ -29,6 +30,16 @@ from dagster._serdes import ConfigurableClassData
 
 MAX_OPEN = 8
 _INHERITED: list = []  # engines a forked child got from its parent: kept referenced, so never closed here
+
+
+def _wal_sync_normal(dbapi_connection, _record) -> None:
+    """``synchronous=NORMAL``: a commit appends to the WAL without an fsync; the WAL is synced at checkpoints.
+
+    sqlite documents this as safe from corruption in WAL mode. A commit survives the process crashing at once
+    (it is in the OS's page cache), and only an OS crash or power loss can roll back the last commits. fleet's
+    own artifacts (spools, outcomes, frames), never the event log, are what a rerun resumes from. Measured with
+    ``store_event`` in a loop: a materialization 2.3-2.9 -> 1.6-1.7 ms of wall, 1.9-2.4 -> 1.6-1.7 ms of CPU."""
+    dbapi_connection.execute("PRAGMA synchronous=NORMAL")
 
 
 class FleetSqliteEventLogStorage(SqliteEventLogStorage):
@@ -53,6 +64,7 @@ class FleetSqliteEventLogStorage(SqliteEventLogStorage):
             # one connection per file, used by one thread at a time (the storage's lock is held around every use)
             engine = db.create_engine(self.conn_string_for_shard(shard), poolclass=StaticPool,
                                       connect_args={"timeout": SQLITE_BUSY_TIMEOUT_SECONDS, "check_same_thread": False})
+            db.event.listen(engine, "connect", _wal_sync_normal)
             self._engines[shard] = engine
             while len(self._engines) > MAX_OPEN:
                 _, oldest = self._engines.popitem(last=False)
