@@ -17,14 +17,11 @@ held would stay locked in the copy). Anything else, or any error, leaves the cal
 """
 from __future__ import annotations
 
-import logging
 import os
 import signal
 import socket
 import sys
 import threading
-
-log = logging.getLogger(__name__)
 
 
 def fork_server() -> int | None:

@@ -11,8 +11,8 @@ source before the run starts.
 What stays as it was: the files (``history/runs/<run_id>.db`` and ``index.db`` under ``DAGSTER_HOME``, so an
 existing ``FLEET_HOME`` keeps its history), one transaction per call, the storage's lock that serialises its
 threads, and sqlite's own locking between processes (WAL, the busy timeout). One thing is changed: commits
-append to the WAL without an fsync (``synchronous=NORMAL``, see :func:`_wal_sync_normal`). A connection never crosses a
-fork: a forked process (Dagster's steps fork from a forkserver) opens its own, and leaves the ones it
+append to the WAL without an fsync (``synchronous=NORMAL``, see :func:`_wal_sync_normal`). A connection never
+crosses a fork: a forked process (Dagster's steps fork from a forkserver) opens its own, and leaves the ones it
 inherited untouched, since closing a copy of another process's sqlite connection is not safe. At most
 ``MAX_OPEN`` files stay open per process (the index and the latest runs'), so the webserver and the daemon,
 which read many runs, do not accumulate file descriptors.
