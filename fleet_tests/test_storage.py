@@ -94,3 +94,21 @@ def test_event_log_commits_append_to_the_wal_without_an_fsync(tmp_path, monkeypa
             os._exit(code)
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
+
+
+def test_a_table_once_seen_is_not_asked_for_again_and_a_missing_one_is(tmp_path, monkeypatch):
+    """Dagster asks whether the index has ``asset_check_executions`` before storing every asset check event,
+    through a new engine each time; fleet's storage remembers a table it has seen (tables are only added)."""
+    from dagster._core.storage.event_log.sqlite.sqlite_event_log import SqliteEventLogStorage
+
+    monkeypatch.setenv("FLEET_HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("DAGSTER_HOME", raising=False)
+    storage = get_instance(settings()).event_log_storage
+    asked = []
+    original = SqliteEventLogStorage.has_table
+    monkeypatch.setattr(SqliteEventLogStorage, "has_table", lambda self, name: asked.append(name) or original(self, name))
+    assert storage.supports_asset_checks and storage.supports_asset_checks
+    assert storage.has_table("asset_check_executions")
+    assert asked.count("asset_check_executions") <= 1  # at most once (it may have been seen at start-up)
+    assert not storage.has_table("no_such_table") and not storage.has_table("no_such_table")
+    assert asked.count("no_such_table") == 2  # not seen: asked each time, so a migration that adds it is seen

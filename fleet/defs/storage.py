@@ -46,6 +46,7 @@ class FleetSqliteEventLogStorage(SqliteEventLogStorage):
     def __init__(self, base_dir: str, inst_data: ConfigurableClassData | None = None):
         self._engines: collections.OrderedDict = collections.OrderedDict()
         self._engines_pid = os.getpid()
+        self._tables_seen: set[str] = set()
         super().__init__(base_dir, inst_data=inst_data)  # creates a new index.db through _connect
 
     @classmethod
@@ -83,6 +84,18 @@ class FleetSqliteEventLogStorage(SqliteEventLogStorage):
             with engine.connect() as conn:
                 with conn.begin():
                     yield conn
+
+    def has_table(self, table_name: str) -> bool:
+        """Whether the index has ``table_name``: Dagster asks before storing every asset check event, each time
+        through an engine and a connection of its own. A table only ever appears (a schema migration adds it),
+        so once seen it is known for the life of this storage; one not seen yet is asked for again. No lock is
+        taken here, as before: Dagster also asks while it holds the index's connection."""
+        if table_name in self._tables_seen:
+            return True
+        found = super().has_table(table_name)
+        if found:
+            self._tables_seen.add(table_name)
+        return found
 
     def dispose(self) -> None:
         with self._db_lock:
