@@ -110,10 +110,11 @@ def freeze_inherited_heap() -> None:
     """``gc.freeze()`` everything the forkserver has built, so forked steps never scan or dirty it.
 
     Frozen objects are never collected. That is what they should be: modules, definitions and caches
-    that live as long as the server. The server itself allocates next to nothing between forks."""
+    that live as long as the server. The server itself allocates next to nothing between forks. There is no
+    collection first: after these imports it found 48 unreachable objects among 168,000, and took 0.10 s of
+    ``fleet run``'s start, which imports this module before it creates its run."""
     import gc
 
-    gc.collect()  # garbage from the imports is freed now, not frozen with the rest
     gc.freeze()
 
 
