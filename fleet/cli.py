@@ -10,7 +10,7 @@ from pathlib import Path
 
 import click
 
-from fleet.config import PROJECT_ROOT, settings
+from fleet.config import PROJECT_ROOT, chromium_path, scraper_dirs, settings
 from fleet.errors import FleetError
 from fleet.scraping import browser as shared_browser
 from fleet.scraping import pool
@@ -57,6 +57,60 @@ def week_lock(home: Path, week: str):
 def run_week(week: str, sources: tuple[str, ...] = (), deep: tuple[str, ...] = (), refresh: bool = False,
              echo=click.echo) -> int:
     """Drive one week through the same jobs the schedule and UI use, applying the sensor's policy in-process."""
+    from fleet.scraping import zygote
+
+    s = settings()
+    # Before this process imports Dagster and creates the run (~3 s of one core here): the zygote imports what
+    # warm workers need, and the workers the first wave will ask for start, one after another, on the other core.
+    zygote.start(s.home / "workers")
+    prestarter = _prestart(s, week, sources, deep, refresh)
+    try:
+        return _run_week(s, week, sources, deep, refresh, echo, prestarter)
+    finally:
+        pool.stop_prestart(prestarter)
+
+
+def _prestart(s, week: str, sources: tuple[str, ...], deep: tuple[str, ...], refresh: bool):
+    """Start the first wave's workers ahead of its steps (fleet/scraping/pool.py); never fails the week: whatever
+    goes wrong here, the steps start their own workers and report it with the source named."""
+    try:
+        count = first_wave(s, week, sources, deep, refresh)
+        shared = s.browser == "shared"
+        return pool.start_prestart(s.home / "workers", count, shared=shared, chromium=chromium_path(),
+                                   browser_dir=s.browser_dir if shared else None,
+                                   node_cache=str(s.home / "cache" / "node"))
+    except Exception as exc:  # no Chromium, an unreadable artifact: for the steps to report, not this estimate
+        click.echo(f"fleet: not starting workers ahead of the week ({type(exc).__name__}: {exc})", err=True)
+        return None
+
+
+def first_wave(s, week: str, sources: tuple[str, ...] = (), deep: tuple[str, ...] = (), refresh: bool = False) -> int:
+    """How many warm workers the week's first wave will ask for, estimated before Dagster is imported: one per
+    source that will scrape, at most ``FLEET_MAX_PARALLEL``. Each scraper module counts as a source; a source
+    whose raw artifact for the week is stored and complete is reused and needs none (fleet/scraping/runner.py).
+    A module that fails to load, or a source with ``own_process``, counts too: at worst a worker too many
+    stays idle until the week is done."""
+    from fleet.storage import store as keys
+
+    if s.workers != "warm":
+        return 0
+    store = keys.LocalArtifactStore(s.store_root)
+
+    def reused(name: str) -> bool:
+        previous = store.read_json(week, keys.outcome_key(name)) or {}
+        return (not refresh and previous.get("status") in ("ok", "empty") and store.exists(week, keys.raw_key(name))
+                and (previous.get("deep", False) or name not in deep))
+
+    if sources:
+        pending = sum(1 for name in set(sources) if not reused(name))
+    else:
+        modules = sum(1 for d in scraper_dirs() if d.is_dir() for p in d.glob("*.py") if not p.name.startswith("_"))
+        ran = [p.name.removesuffix(".outcome.json") for p in store.path(week, "raw").glob("*.outcome.json")]
+        pending = modules - sum(1 for name in ran if reused(name))
+    return max(0, min(s.max_parallel, pending))
+
+
+def _run_week(s, week: str, sources: tuple[str, ...], deep: tuple[str, ...], refresh: bool, echo, prestarter) -> int:
     from dagster import AssetKey, execute_job, reconstructable
 
     from fleet.defs import definitions as d
@@ -64,9 +118,6 @@ def run_week(week: str, sources: tuple[str, ...] = (), deep: tuple[str, ...] = (
     from fleet.defs.instance import get_instance
     from fleet.policy import taxonomy as tx
 
-    s = settings()
-    from fleet.scraping import zygote
-    zygote.start(s.home / "workers")  # it imports what warm workers need while this process starts the run
     from fleet.defs import warm  # noqa: F401  (warm before the instance: its storages use warm's alembic cache)
     instance = get_instance(s)
     d.start_forkserver()  # forked from this process, now warm (fleet/defs/forkserver.py)
@@ -100,6 +151,7 @@ def run_week(week: str, sources: tuple[str, ...] = (), deep: tuple[str, ...] = (
             if action.kind == "publish":
                 publish_run = run
                 break
+        pool.stop_prestart(prestarter)  # long done, unless the week was shorter than its start-up
         pool.stop_idle(s.home / "workers")
         shared_browser.stop_if_idle(s.browser_dir)
         return report(instance, week, names, publish_run, echo, selected=list(sources or names))
@@ -225,11 +277,13 @@ def _run_options(f):
 def refuse_past_week(week: str, force: bool) -> None:
     """The web cannot be fetched as it was: scraping a week before the last complete one needs --force,
     unless its raw rows are stored (then nothing is fetched)."""
+    oldest = last_complete_week(dt.date.today())
+    if parse_week(week) >= oldest or force:
+        return
     from fleet.defs.assets import artifact_store
     from fleet.storage import store as keys
 
-    oldest = last_complete_week(dt.date.today())
-    if parse_week(week) < oldest and not force and not artifact_store().exists(week, keys.CONSOLIDATED_KEY):
+    if not artifact_store().exists(week, keys.CONSOLIDATED_KEY):
         click.echo(f"fleet: error: week {week} is older than the last complete week ({oldest}); the web cannot be "
                    f"fetched as it was then. Use --force to scrape it anyway.", err=True)
         sys.exit(EXIT_NOTHING)

@@ -9,7 +9,7 @@ import time
 import polars as pl
 import pytest
 
-from fleet.config import settings
+from fleet.config import chromium_path, settings
 from fleet.errors import FleetError
 from fleet.scraping import pool
 from fleet.scraping.discovery import discover
@@ -262,3 +262,69 @@ def test_new_warm_workers_fork_from_the_zygote_and_keep_nothing_of_it_but_its_im
     monkeypatch.setattr("fleet.scraping.zygote.spawn", lambda *a, **k: None)
     out, rows = _run(home, "probe")
     assert out.status == "ok" and _ppid(rows[0]["pid"]) == os.getpid()
+
+
+def _pids(directory):
+    return {int(p.read_text()) for p in directory.glob("*.pid")}
+
+
+def test_prestarted_workers_wait_idle_and_the_first_steps_take_them(home, tmp_path, monkeypatch):
+    """``fleet run`` starts the first wave's workers before its steps ask (pool.prestart): one after another, up
+    to the count, each left idle with its browser up; a step then takes one instead of starting its own."""
+    monkeypatch.setenv("FLEET_TEST_PROBE", "from-the-step")
+    own, s = home / "workers" / "own", settings()
+    args = dict(chromium=chromium_path(), browser_dir=None, node_cache=str(home / "cache" / "node"))
+    assert pool.prestart(own, 2, **args) == 2
+    idle = _pids(own)
+    assert len(idle) == 2 and all(alive(p) for p in idle)
+    assert len(list(own.glob("*.sock"))) == 2  # each is up: its socket appears once its browser is
+    assert pool.prestart(own, 2, **args) == 0  # the pool already holds two
+    out, rows = _run(home, "probe")
+    assert out.status == "ok" and rows[0]["pid"] in idle, (rows, idle)
+    assert rows[0]["probe_env"] == "from-the-step"  # the step's world, not the prestarter's
+    assert pool.stop_idle(s.home / "workers") == 2
+
+
+def test_a_prestart_stopped_midway_leaves_no_half_started_worker(home):
+    """The prestart process runs beside ``fleet run``, which stops it once its week is done; the worker it was
+    starting at that moment goes with it, and the ones it had started stay idle, ready (stop_idle ends them)."""
+    root = home / "workers"
+    proc = pool.start_prestart(root, 3, shared=False, chromium=chromium_path(), browser_dir=None,
+                               node_cache=str(home / "cache" / "node"))
+    own = root / "own"
+    deadline = time.monotonic() + 60
+    while len(list(own.glob("*.sock"))) < 1:  # one is up, the next one starting
+        assert proc.poll() is None and time.monotonic() < deadline, (root / pool.PRESTART_LOG).read_text()
+        time.sleep(0.05)
+    pool.stop_prestart(proc)
+    assert proc.returncode is not None
+    assert list(own.glob(".*.lock")) == []  # no worker left half-started
+    for wid in {p.name.split(".")[0] for p in own.glob("*.pid")}:
+        assert (own / f"{wid}.sock").exists() and alive(int((own / f"{wid}.pid").read_text()))
+    assert pool.start_prestart(root, 0, shared=False, chromium="", browser_dir=None, node_cache="") is None
+    pool.stop_prestart(None)  # nothing to stop
+
+
+def test_the_first_wave_is_the_sources_that_will_scrape_up_to_the_cap(home, tmp_path, monkeypatch):
+    from fleet.cli import first_wave
+
+    scrapers = tmp_path / "scrapers"
+    scrapers.mkdir()
+    for name in ("a", "b", "c", "_helpers"):
+        (scrapers / f"{name}.py").write_text("")
+    monkeypatch.setenv("FLEET_SCRAPERS_DIR", str(scrapers))
+    monkeypatch.setenv("FLEET_MAX_PARALLEL", "10")
+    store = LocalArtifactStore(home / "artifacts")
+    assert first_wave(settings(), WEEK) == 3  # _helpers is not a source
+    store.write_json(WEEK, "raw/a.outcome.json", {"status": "ok"})
+    store.write_parquet(WEEK, raw_key("a"), pl.DataFrame({"x": [1]}))
+    store.write_json(WEEK, "raw/b.outcome.json", {"status": "failed"})
+    assert first_wave(settings(), WEEK) == 2  # a is stored and complete: reused, no worker
+    assert first_wave(settings(), WEEK, refresh=True) == 3
+    assert first_wave(settings(), WEEK, deep=("a",)) == 3  # a shallow artifact does not answer a deep request
+    assert first_wave(settings(), WEEK, sources=("a",)) == 0
+    assert first_wave(settings(), WEEK, sources=("a", "b", "b")) == 1
+    monkeypatch.setenv("FLEET_MAX_PARALLEL", "1")
+    assert first_wave(settings(), WEEK) == 1
+    monkeypatch.setenv("FLEET_WORKERS", "fresh")
+    assert first_wave(settings(), WEEK) == 0  # no warm workers to start

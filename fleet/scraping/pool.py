@@ -19,12 +19,15 @@ workers off altogether.
 
 A new worker forks from the zygote (fleet/scraping/zygote.py), which has already imported what a worker
 runs; if the zygote does not answer, it is a new interpreter (``python -m fleet.scraping.pool serve``).
+``fleet run`` also starts workers before any step asks, one at a time, while it imports Dagster and creates
+the week's run (:func:`prestart`): the first wave's steps then find them idle, instead of all starting a
+worker at once while they start up themselves.
 
 Files in a pool's directory (``FLEET_HOME/workers/own`` or ``.../shared``), per worker ``ID``:
 
 - ``ID.lock``: held (flock) by the step using the worker. A step takes a worker by locking it without
   waiting, so one worker serves one source at a time, and the pool never holds more workers than sources
-  ran at once;
+  ran at once, or than ``fleet run`` started ahead of its week's first wave (:func:`prestart`);
 - ``ID.pid``: written by the step that started the worker;
 - ``ID.sock``: the worker's socket, created once its browser is up;
 - ``ID.log``: what the worker writes between sources;
@@ -242,7 +245,9 @@ def lease(directory: Path, *, chromium: str, browser_dir: Path | None, node_cach
 
 
 def _start(directory: Path, *, chromium: str, browser_dir: Path | None, node_cache: str,
-           startup_limit: float) -> Lease:
+           startup_limit: float, connect: bool = True) -> Lease | None:
+    """A new worker, once its browser is up: leased to the caller, or (``connect=False``) left idle, unlocked, for
+    the first step that looks."""
     wid = uuid.uuid4().hex[:12]
     paths = _paths(directory, wid)
     # The lock appears already held (renamed into place), so no other step can take a half-started worker.
@@ -270,6 +275,9 @@ def _start(directory: Path, *, chromium: str, browser_dir: Path | None, node_cac
             if time.monotonic() > deadline:
                 raise WorkerStartError(f"the browser did not start within {startup_limit:g}s")
             time.sleep(0.02)
+        if not connect:
+            os.close(fd)  # unlocks: the worker is idle, with its browser up
+            return None
         return _connect(directory, wid, popen.pid, fd, popen)
     except BaseException as exc:
         if "popen" in locals():
@@ -282,6 +290,72 @@ def _start(directory: Path, *, chromium: str, browser_dir: Path | None, node_cac
         if isinstance(exc, (OSError, ValueError)):
             raise WorkerStartError(f"the new scrape worker did not answer: {exc}") from exc
         raise
+
+
+PRESTART_LOG = "prestart.log"
+
+
+def prestart(directory: Path, count: int, *, chromium: str, browser_dir: Path | None, node_cache: str,
+             startup_limit: float = 90.0) -> int:
+    """Start idle workers in ``directory``, one after another, until it holds ``count``; return how many started.
+
+    One at a time, so that it takes at most one core: ``fleet run`` runs this while it imports Dagster and
+    creates the week's run (single-threaded, ~3 s on 2 cores), and each worker started here is one the first
+    wave's steps need not start while they all start up at once. A worker a step starts meanwhile counts too."""
+    directory.mkdir(parents=True, exist_ok=True)
+    started = 0
+    while started < count and len(_worker_ids(directory)) < count:
+        _start(directory, chromium=chromium, browser_dir=browser_dir, node_cache=node_cache,
+               startup_limit=startup_limit, connect=False)
+        started += 1
+    return started
+
+
+def start_prestart(root: Path, count: int, *, shared: bool, chromium: str, browser_dir: Path | None,
+                   node_cache: str) -> subprocess.Popen | None:
+    """Run :func:`prestart` for ``count`` workers in a process of its own (its log: ``PRESTART_LOG`` in
+    ``root``); ``None`` if there is nothing to start. It never fails the week: a worker it could not start is
+    one a step starts, and reports, itself."""
+    if count <= 0:
+        return None
+    root.mkdir(parents=True, exist_ok=True)
+    with open(root / PRESTART_LOG, "ab") as log:
+        return subprocess.Popen([sys.executable, "-m", "fleet.scraping.pool", "prestart",
+                                 str(root / ("shared" if shared else "own")), str(count), chromium,
+                                 str(browser_dir or ""), node_cache],
+                                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                start_new_session=True, close_fds=True)
+
+
+def stop_prestart(proc: subprocess.Popen | None) -> None:
+    """Stop a prestart process that is still starting workers (SIGTERM: the worker it is starting is killed
+    and its files cleared, see ``_start``); the workers it already started stay, idle. Idempotent."""
+    if proc is None or proc.poll() is not None:
+        return
+    proc.terminate()
+    try:
+        proc.wait(15)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+def _prestart_main(directory: str, count: str, chromium: str, browser_dir: str, node_cache: str) -> int:
+    def on_term(signum, _frame):
+        raise SystemExit(128 + signum)  # unwinds through _start, which kills the worker it was starting
+
+    signal.signal(signal.SIGTERM, on_term)
+    began = time.monotonic()
+    try:
+        started = prestart(Path(directory), int(count), chromium=chromium,
+                           browser_dir=Path(browser_dir) if browser_dir else None, node_cache=node_cache,
+                           startup_limit=env_number("FLEET_BROWSER_STARTUP_S", 90.0))
+    except WorkerStartError as exc:
+        print(f"prestart {os.getpid()}: {exc}", file=sys.stderr)
+        return 1
+    print(f"prestart {os.getpid()}: {started} idle worker(s) started in {time.monotonic() - began:.1f}s",
+          file=sys.stderr)
+    return 0
 
 
 def _kinds(root: Path) -> list[Path]:
@@ -508,6 +582,9 @@ def serve(directory: Path, wid: str, chromium: str, browser_dir: str, node_cache
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 7 or sys.argv[1] != "serve":
-        sys.exit("usage: python -m fleet.scraping.pool serve DIR ID CHROMIUM BROWSER_DIR NODE_CACHE")
-    sys.exit(serve(Path(sys.argv[2]), *sys.argv[3:]))
+    if len(sys.argv) == 7 and sys.argv[1] == "serve":
+        sys.exit(serve(Path(sys.argv[2]), *sys.argv[3:]))
+    if len(sys.argv) == 7 and sys.argv[1] == "prestart":
+        sys.exit(_prestart_main(*sys.argv[2:]))
+    sys.exit("usage: python -m fleet.scraping.pool serve DIR ID CHROMIUM BROWSER_DIR NODE_CACHE\n"
+             "       python -m fleet.scraping.pool prestart DIR COUNT CHROMIUM BROWSER_DIR NODE_CACHE")
