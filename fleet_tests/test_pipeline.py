@@ -35,6 +35,10 @@ def test_demo_week_makes_two_lfs_commits_and_reruns_make_none(fleet_env):
     assert again.returncode == 0, again.stderr[-3000:]
     assert log(fleet_env.remote) == commits  # no new commit: "up to date"
     assert "up_to_date" in again.stdout
+    # the first run started its first wave's workers ahead of its steps, in a process that ran to its end
+    # (pool.prestart); the rerun reuses every source's stored artifact, so it started none
+    prestarts = (fleet_env.home / "workers" / "prestart.log").read_text().splitlines()
+    assert len(prestarts) == 1 and "idle worker(s) started in" in prestarts[0], prestarts
 
     status = run_fleet(fleet_env.env, "status", "--week", WEEK)
     assert status.returncode == 0

@@ -15,7 +15,7 @@ from fleet.scraping import pool
 from fleet.scraping.discovery import discover
 from fleet.scraping.procs import alive, descendants
 from fleet.scraping.runner import run_source
-from fleet.storage.store import LocalArtifactStore, raw_key
+from fleet.storage.store import LocalArtifactStore, outcome_key, raw_key
 from fleet_tests.conftest import ROOT, WEEK
 
 SCRAPERS = ROOT / "fleet_tests" / "scrapers_pool"
@@ -268,7 +268,7 @@ def _pids(directory):
     return {int(p.read_text()) for p in directory.glob("*.pid")}
 
 
-def test_prestarted_workers_wait_idle_and_the_first_steps_take_them(home, tmp_path, monkeypatch):
+def test_prestarted_workers_wait_idle_and_the_first_steps_take_them(home, monkeypatch):
     """``fleet run`` starts the first wave's workers before its steps ask (pool.prestart): one after another, up
     to the count, each left idle with its browser up; a step then takes one instead of starting its own."""
     monkeypatch.setenv("FLEET_TEST_PROBE", "from-the-step")
@@ -316,9 +316,9 @@ def test_the_first_wave_is_the_sources_that_will_scrape_up_to_the_cap(home, tmp_
     monkeypatch.setenv("FLEET_MAX_PARALLEL", "10")
     store = LocalArtifactStore(home / "artifacts")
     assert first_wave(settings(), WEEK) == 3  # _helpers is not a source
-    store.write_json(WEEK, "raw/a.outcome.json", {"status": "ok"})
+    store.write_json(WEEK, outcome_key("a"), {"status": "ok"})
     store.write_parquet(WEEK, raw_key("a"), pl.DataFrame({"x": [1]}))
-    store.write_json(WEEK, "raw/b.outcome.json", {"status": "failed"})
+    store.write_json(WEEK, outcome_key("b"), {"status": "failed"})
     assert first_wave(settings(), WEEK) == 2  # a is stored and complete: reused, no worker
     assert first_wave(settings(), WEEK, refresh=True) == 3
     assert first_wave(settings(), WEEK, deep=("a",)) == 3  # a shallow artifact does not answer a deep request
