@@ -329,7 +329,9 @@ def start_prestart(root: Path, count: int, *, shared: bool, chromium: str, brows
 
 def stop_prestart(proc: subprocess.Popen | None) -> None:
     """Stop a prestart process that is still starting workers (SIGTERM: the worker it is starting is killed
-    and its files cleared, see ``_start``); the workers it already started stay, idle. Idempotent."""
+    and its files cleared, see ``_start``; one the zygote forks at that very instant, before its pid is known,
+    finds no lock of its own and leaves when its idle time is up). The workers it already started stay, idle.
+    Idempotent."""
     if proc is None or proc.poll() is not None:
         return
     proc.terminate()
