@@ -39,6 +39,24 @@ def test_fault_sources_are_opt_in_and_a_syntax_error_is_its_own_asset():
     assert all(f"raw/{n}" in keys for n in DEMO)
 
 
+def test_the_loaded_definitions_are_out_of_the_collectors_reach():
+    """Every full collection of a process that loaded the definitions (the CLI, the run, the code server)
+    would scan all of them: with 1,000 sources that cost about 0.3 s of the load and 0.75 s of the exit.
+    They are frozen; what the process allocates afterwards is still collected."""
+    code = ("import gc\n"
+            "from dagster import AssetsDefinition\n"
+            "from fleet.defs.definitions import defs\n"
+            "scanned = [o for o in gc.get_objects() if isinstance(o, AssetsDefinition)]\n"
+            "class Cycle: pass\n"
+            "c = Cycle(); c.me = c; del c\n"
+            "print(len(scanned), len(defs.assets), gc.get_freeze_count() > 0, gc.collect() >= 1)\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FLEET_")}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True, cwd=ROOT).stdout
+    scanned, assets, frozen, collected = out.split()
+    assert (scanned, frozen, collected) == ("0", "True", "True"), out
+    assert int(assets) == len(DEMO) + 4
+
+
 FORKSERVER_PROBE = """import gc, multiprocessing, os, sys, threading, time
 from multiprocessing import forkserver
 def child(q):

@@ -1,6 +1,8 @@
 """Dagster definitions for fleet: loaded by ``workspace.yaml``, the CLI and the tests."""
 from __future__ import annotations
 
+import gc
+
 from dagster import AssetSelection, Definitions, define_asset_job, in_process_executor, multiprocess_executor
 
 from fleet.config import scraper_dirs, settings
@@ -43,7 +45,26 @@ def build_defs() -> Definitions:
                        schedules=schedules, executor=executor)
 
 
-defs = build_defs()
+def _load() -> Definitions:
+    """``build_defs()`` for this module, with what it builds kept out of the garbage collector's reach.
+
+    The definitions live as long as the process, and so do the modules imported before them. Each source adds
+    about 75 tracked objects, and every full collection scans all of them. With 1,000 sources
+    (``bench/``'s ``many_sources``) the collections during the load took about 0.3 s, and the interpreter's
+    exit about 0.75 s more, collecting that whole graph. ``gc.freeze()`` moves what exists into the
+    permanent generation, before the build and again after it, so a collection scans only what the process
+    allocates later. A frozen object is still freed when its last reference goes; only a reference cycle
+    of frozen objects is left for the operating system to reclaim at exit. Loading opens no file or
+    connection that such a cycle could leave unclosed. Step processes fork from a server that froze its heap
+    in the same way (``fleet/defs/warm.py``)."""
+    gc.freeze()
+    try:
+        return build_defs()
+    finally:
+        gc.freeze()
+
+
+defs = _load()
 
 
 def start_forkserver() -> None:
