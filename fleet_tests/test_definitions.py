@@ -97,3 +97,38 @@ def test_fleet_runs_forkserver_is_started_early_with_the_executors_preload(tmp_p
                          timeout=120)
     assert out.returncode == 0, out.stderr[-3000:]
     assert out.stdout.strip() == expected, out.stdout + out.stderr[-2000:]
+
+
+def _shape(a) -> dict:
+    """Everything Dagster knows of a raw asset, but its compute function's identity."""
+    import inspect
+    op = a.op
+    attrs = {k: v for k, v in a.get_attributes_dict().items() if k != "node_def"}
+    attrs["specs"] = list(attrs["specs"])
+    return {**attrs, "op": (op.name, op.description, dict(op.tags), op.pool, op.retry_policy, op.required_resource_keys,
+                            op.config_schema.as_field().config_type.key, [i.name for i in op.input_defs],
+                            [(o.name, o.dagster_type.key, o.is_required, o.description, o.metadata, o.code_version,
+                              o.io_manager_key, o.is_dynamic) for o in op.output_defs]),
+            "source": inspect.getclosurevars(op.compute_fn.decorated_fn).nonlocals["source"],
+            "partitions": a.partitions_def, "groups": a.group_names_by_key, "tags": a.tags_by_key,
+            "descriptions": a.descriptions_by_key, "kinds": a.specs_by_key[a.key].kinds}
+
+
+def test_a_raw_asset_built_as_a_copy_is_the_one_asset_builds(tmp_path):
+    """raw_assets() builds the first source's asset through @asset and copies it for the rest (loading 1,000
+    sources); each copy equals what @asset builds for its source, down to its outputs and its own compute
+    function, and a Dagster that refuses the copy gets @asset's."""
+    from unittest import mock
+
+    from fleet.defs import assets as A
+    from fleet.scraping.discovery import discover
+    sources = discover([ROOT / "scrapers"])
+    assert len(sources) >= 3
+    parts, retry = A.partitions(), A.crash_retry_policy()
+    built = A.raw_assets(sources, parts, retry)
+    for source, copy in zip(sources, built):
+        assert _shape(copy) == _shape(A.raw_asset(source, parts, retry)), source.name
+    assert _shape(built[1]) != _shape(built[2])
+    with mock.patch.object(A, "raw_asset_like", side_effect=TypeError("moved")):
+        slow = A.raw_assets(sources, parts, retry)
+    assert [_shape(a) for a in slow] == [_shape(a) for a in built]

@@ -7,7 +7,7 @@ from dagster import AssetSelection, Definitions, define_asset_job, in_process_ex
 
 from fleet.config import scraper_dirs, settings
 from fleet.defs import executor as executor_patch
-from fleet.defs.assets import PUBLISH_GROUP, RAW_GROUP, crash_retry_policy, partitions, publish_assets, raw_asset
+from fleet.defs.assets import PUBLISH_GROUP, RAW_GROUP, crash_retry_policy, partitions, publish_assets, raw_assets
 from fleet.defs.automation import build_automation
 from fleet.scraping.discovery import discover
 
@@ -22,7 +22,7 @@ def build_defs() -> Definitions:
     sources = discover(scraper_dirs())
     parts = partitions()
     retry = crash_retry_policy()
-    raw = [raw_asset(src, parts, retry) for src in sources]
+    raw = raw_assets(sources, parts, retry)
     publish = publish_assets(sources, parts)
     scrape_job = define_asset_job("scrape_week", selection=AssetSelection.groups(RAW_GROUP), partitions_def=parts,
                                   description="Scrape every source for one week (raw/<source> assets).")
