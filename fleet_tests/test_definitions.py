@@ -114,7 +114,7 @@ def _shape(a) -> dict:
             "descriptions": a.descriptions_by_key, "kinds": a.specs_by_key[a.key].kinds}
 
 
-def test_a_raw_asset_built_as_a_copy_is_the_one_asset_builds(tmp_path):
+def test_a_raw_asset_built_as_a_copy_is_the_one_asset_builds():
     """raw_assets() builds the first source's asset through @asset and copies it for the rest (loading 1,000
     sources); each copy equals what @asset builds for its source, down to its outputs and its own compute
     function, and a Dagster that refuses the copy gets @asset's."""
