@@ -129,6 +129,6 @@ def test_a_raw_asset_built_as_a_copy_is_the_one_asset_builds():
     for source, copy in zip(sources, built):
         assert _shape(copy) == _shape(A.raw_asset(source, parts, retry)), source.name
     assert _shape(built[1]) != _shape(built[2])
-    with mock.patch.object(A, "raw_asset_like", side_effect=TypeError("moved")):
+    with mock.patch.object(A, "raw_asset_copier", side_effect=TypeError("moved")):
         slow = A.raw_assets(sources, parts, retry)
     assert [_shape(a) for a in slow] == [_shape(a) for a in built]
