@@ -67,14 +67,15 @@ if __name__ == '__main__':
         threading.Thread(target=time.sleep, args=(30,), daemon=True).start()
     d.start_forkserver()
     server = forkserver._forkserver._forkserver_pid
-    cmdline = open(f'/proc/{server}/cmdline', 'rb').read()
-    forked = cmdline == open('/proc/self/cmdline', 'rb').read()
-    assert forked != (b'forkserver import main' in cmdline), cmdline
     ctx = multiprocessing.get_context('forkserver')
     ctx.set_forkserver_preload(list(d.FORKSERVER_PRELOAD))  # as Dagster's executor does
     q = ctx.SimpleQueue()
     p = ctx.Process(target=child, args=(q,)); p.start(); p.join(60)
     warm, parent, frozen = q.get()
+    # read once the server has served a fork: a new interpreter's cmdline reads b'' while it is still in execve
+    cmdline = open(f'/proc/{server}/cmdline', 'rb').read()
+    forked = cmdline == open('/proc/self/cmdline', 'rb').read()
+    assert forked != (b'forkserver import main' in cmdline), cmdline
     print(forked, 'fleet.defs.warm' in sys.modules, warm, parent == server,
           forkserver._forkserver._forkserver_pid == server, frozen > 10000, p.exitcode)
 """
