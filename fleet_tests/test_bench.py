@@ -23,3 +23,43 @@ def test_peak_rss_is_the_commands_own_not_the_floor_of_a_big_parent():
     r = json.loads(out.stdout.strip().splitlines()[-1])
     assert r["ru"] >= 160, r  # the floor the sampler exists for
     assert 40 <= r["peak"] < 100, r
+
+
+def test_occupancy_finds_when_the_slots_were_all_busy_and_what_stayed_idle():
+    from bench.timeline import occupancy
+
+    # two slots: [0, 4) and [1, 3) overlap from 1; the second slot is idle for 1 s at the start and 1 s at the end
+    used = occupancy([(0.0, 4.0), (1.0, 3.0)], cap=2)
+    assert used == {"first_start": 0.0, "all_busy_at": 1.0, "all_busy_until": 3.0, "last_end": 4.0,
+                    "idle_slot_seconds": 2.0}
+    # back to back in one slot: never idle; with a second slot never used, it is idle all along
+    assert occupancy([(0.0, 2.0), (2.0, 5.0)], cap=1)["idle_slot_seconds"] == 0.0
+    assert occupancy([(0.0, 2.0), (2.0, 5.0)], cap=2)["idle_slot_seconds"] == 5.0
+    assert occupancy([], cap=3)["first_start"] is None
+
+
+def test_the_timeline_reads_a_real_weeks_runs_and_slots(fleet_env):
+    from fleet_tests.conftest import WEEK, run_fleet
+
+    sources = ("books", "jobs", "parts")
+    res = run_fleet(fleet_env.env, "demo", "--week", WEEK, "--force", *(a for s in sources for a in ("--source", s)))
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    env = {**fleet_env.env, "PYTHONPATH": str(ROOT)}
+    out = subprocess.run([sys.executable, "-m", "bench.timeline", "--week", WEEK, "--json"], env=env, cwd=ROOT,
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-3000:]
+    t = json.loads(out.stdout)
+    scrape, publish = t["runs"]
+    assert (scrape["kind"], publish["kind"]) == ("scrape", "publish")
+    assert scrape["steps"] == len(sources) and publish["created"] > scrape["created"]
+    assert list(publish["step_seconds"]) == ["consolidated_raw_rows", "raw_commit", "post_processed", "processed_commit"]
+    assert sorted(s["source"] for s in t["slots"]) == list(sources)
+    for slot in t["slots"]:  # inside its run: after the first step started, before the scrape run's last step ended
+        assert scrape["first_step_start"] <= slot["start"] < slot["end"] <= scrape["last_step_end"], slot
+    assert t["occupancy"]["last_end"] == max(s["end"] for s in t["slots"])
+    assert t["last_worker"]["to"] == t["occupancy"]["last_end"]
+    assert sum(w["sources"] for w in t["workers"].values()) == len(sources)
+    # the table form prints the same week
+    table = subprocess.run([sys.executable, "-m", "bench.timeline", "--week", WEEK], env=env, cwd=ROOT,
+                           capture_output=True, text=True, timeout=120)
+    assert table.returncode == 0 and f"week {WEEK}" in table.stdout and "scraping: 3 sources" in table.stdout, table

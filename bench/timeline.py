@@ -1,0 +1,146 @@
+"""`python -m bench.timeline [--week WEEK] [--json]`: where a week's wall time went, read from a `FLEET_HOME`'s
+event log after `fleet run` (the home is `FLEET_HOME`'s, as for every fleet command).
+
+For each of the week's runs, in the order they were created: when it was created, when its first step
+started, when its last step ended. Then the scraping itself: each source's time in a scrape slot, from its
+worker taking the source (the `worker N started` line its step logs) to the end of its scrape (its outcome's
+`seconds`), and what that says about the week's length. With sources of about equal length, a week of n
+sources at a cap of c ends when the slot that started last has run its n/c sources in a row: the time until
+all c slots are busy is paid once, on top of n/c sources' time. Times are seconds from the first run's
+creation (the command itself started a few seconds earlier: Python, Dagster's import, the definitions).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import statistics
+import sys
+
+WORKER_LINE = re.compile(r"\[(?P<source>[a-z][a-z0-9_]*)\] worker (?P<pid>\d+) started \((?P<how>[^,]+),")
+
+
+def occupancy(intervals: list[tuple[float, float]], cap: int) -> dict:
+    """How ``cap`` slots were used by ``intervals`` ((start, end) pairs, seconds): when all were first busy,
+    when they were last all busy (from then on they drain), and the slot-seconds left idle between the first start and the last end."""
+    if not intervals:
+        return {"first_start": None, "all_busy_at": None, "all_busy_until": None, "last_end": None,
+                "idle_slot_seconds": None}
+    edges = sorted([(a, 1) for a, _ in intervals] + [(b, -1) for _, b in intervals], key=lambda e: (e[0], e[1]))
+    busy, idle, all_at, all_until = 0, 0.0, None, None
+    previous = edges[0][0]
+    for t, step in edges:
+        idle += max(0, cap - busy) * (t - previous)
+        previous = t
+        was, busy = busy, busy + step
+        if busy >= cap and all_at is None:
+            all_at = t
+        if was >= cap > busy:
+            all_until = t  # the last time it happens: from here on the slots drain
+    return {"first_start": edges[0][0], "all_busy_at": all_at, "all_busy_until": all_until,
+            "last_end": edges[-1][0], "idle_slot_seconds": round(idle, 2)}
+
+
+def week_timeline(instance, week: str, outcomes: dict[str, dict], cap: int) -> dict:
+    """The week's runs and scrape slots from ``instance``'s event log (see the module's doc)."""
+    from dagster import DagsterEventType, RunsFilter
+
+    from fleet.policy import taxonomy as tx
+
+    step_events = {DagsterEventType.STEP_START: "start", DagsterEventType.STEP_SUCCESS: "end",
+                   DagsterEventType.STEP_FAILURE: "end"}
+    records = sorted(instance.get_run_records(RunsFilter(tags={tx.PARTITION_TAG: week})),
+                     key=lambda r: r.create_timestamp.timestamp())
+    if not records:
+        raise SystemExit(f"bench.timeline: no run of week {week} in this FLEET_HOME's event log")
+    t0 = records[0].create_timestamp.timestamp()
+    runs, slots = [], []
+    for rec in records:
+        run, steps, taken = rec.dagster_run, {}, {}
+        for e in instance.all_logs(run.run_id):
+            kind = step_events.get(e.dagster_event.event_type) if e.dagster_event else None
+            if kind and e.step_key:
+                steps.setdefault(e.step_key, {}).setdefault(kind, round(e.timestamp - t0, 2))
+            m = WORKER_LINE.search(e.user_message or "")
+            if m:  # the last attempt's line wins: its outcome's seconds are the ones stored
+                taken[m["source"]] = (e.timestamp - t0, m["pid"], m["how"])
+        for source, (at, pid, how) in taken.items():
+            end = steps.get(f"{tx.RAW_PREFIX}{source}", {}).get("end")
+            seconds = float(outcomes.get(source, {}).get("seconds") or 0.0)
+            stop = at + seconds if seconds else end
+            slots.append({"source": source, "run": run.run_id[:8], "worker": int(pid), "how": how,
+                          "start": round(at, 2), "end": round(min(stop, end) if end else stop, 2)})
+        starts = [s["start"] for s in steps.values() if "start" in s]
+        ends = [s["end"] for s in steps.values() if "end" in s]
+        runs.append({"run": run.run_id[:8], "kind": run.tags.get(tx.TAG_KIND, "-"), "status": run.status.value,
+                     "created": round(rec.create_timestamp.timestamp() - t0, 2), "steps": len(steps),
+                     "first_step_start": min(starts, default=None), "last_step_end": max(ends, default=None),
+                     "step_seconds": {k: round(v["end"] - v["start"], 2)
+                                      for k, v in sorted(steps.items(), key=lambda kv: kv[1].get("start", 0))
+                                      if "start" in v and "end" in v and not k.startswith(tx.RAW_PREFIX)}})
+    slots.sort(key=lambda s: s["start"])
+    used = occupancy([(s["start"], s["end"]) for s in slots], cap)
+    per_source = [s["end"] - s["start"] for s in slots]
+    chains: dict[int, list] = {}
+    for s in slots:
+        chains.setdefault(s["worker"], []).append(s)
+    workers = {pid: {"sources": len(c), "from": c[0]["start"], "to": c[-1]["end"]} for pid, c in chains.items()}
+    last = max(workers.items(), key=lambda kv: kv[1]["to"], default=None)
+    return {"week": week, "cap": cap, "runs": runs, "slots": slots, "occupancy": used,
+            "median_slot_seconds": round(statistics.median(per_source), 2) if per_source else None,
+            "workers": workers,
+            # with sources of about equal length, the week's scraping ends with the worker that started last
+            "last_worker": None if last is None else {
+                "worker": last[0], **last[1], "seconds_per_source": round((last[1]["to"] - last[1]["from"]) / last[1]["sources"], 2)}}
+
+
+def render(t: dict) -> str:
+    lines = [f"week {t['week']}: seconds from the creation of its first run"]
+    lines.append(f"{'run':<9} {'kind':<8} {'status':<8} {'created':>8} {'steps':>6} {'1st step':>9} {'last end':>9}")
+    for r in t["runs"]:
+        lines.append(f"{r['run']:<9} {r['kind']:<8} {r['status'][:8]:<8} {r['created']:>8.2f} {r['steps']:>6} "
+                     f"{_s(r['first_step_start']):>9} {_s(r['last_step_end']):>9}")
+        for step, secs in r["step_seconds"].items():
+            lines.append(f"{'':<9} {step:<40} {secs:6.2f} s")
+    o, cap = t["occupancy"], t["cap"]
+    if o["first_start"] is None:
+        lines.append("no source took a scrape slot in these runs (every source reused, or none started)")
+        return "\n".join(lines)
+    lines.append(f"scraping: {len(t['slots'])} sources in slots of {cap}; the first at {o['first_start']:.2f}, "
+                 f"all {cap} busy first at {_s(o['all_busy_at'])}, last at {_s(o['all_busy_until'])}, the last done at "
+                 f"{o['last_end']:.2f}; median {t['median_slot_seconds']:.2f} s per source in its slot; "
+                 f"{o['idle_slot_seconds']:.1f} slot-seconds idle in between")
+    w = t["last_worker"]
+    lines.append(f"the last source done was worker {w['worker']}'s: it took its first source at {w['from']:.2f} and "
+                 f"ran {w['sources']}, {w['seconds_per_source']:.2f} s each, slot changes included")
+    for pid, w in sorted(t["workers"].items(), key=lambda kv: kv[1]["from"]):
+        lines.append(f"  worker {pid}: {w['sources']} source(s), {w['from']:.2f} -> {w['to']:.2f}")
+    return "\n".join(lines)
+
+
+def _s(v) -> str:
+    return "-" if v is None else f"{v:.2f}"
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m bench.timeline")
+    ap.add_argument("--week", default=None, help="Monday or ISO week; default: the last complete week, as for fleet run")
+    ap.add_argument("--json", action="store_true", help="print the timeline as JSON instead of a table")
+    args = ap.parse_args(argv)
+
+    from fleet.cli import resolve_week
+    from fleet.config import settings
+    from fleet.defs.assets import artifact_store
+    from fleet.defs.instance import get_instance
+
+    s, week = settings(), resolve_week(args.week)
+    store = artifact_store()
+    outcomes = {p.name.removesuffix(".outcome.json"): json.loads(p.read_text())
+                for p in store.path(week, "raw").glob("*.outcome.json")}
+    t = week_timeline(get_instance(s), week, outcomes, s.max_parallel)
+    print(json.dumps(t, indent=1) if args.json else render(t))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
