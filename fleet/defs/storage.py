@@ -10,8 +10,10 @@ source before the run starts.
 
 What stays as it was: the files (``history/runs/<run_id>.db`` and ``index.db`` under ``DAGSTER_HOME``, so an
 existing ``FLEET_HOME`` keeps its history), one transaction per call, the storage's lock that serialises its
-threads, and sqlite's own locking between processes (WAL, the busy timeout). One thing is changed: commits
-append to the WAL without an fsync (``synchronous=NORMAL``, see :func:`_wal_sync_normal`). A connection never
+threads, and sqlite's own locking between processes (WAL, the busy timeout). Two things are changed: commits
+append to the WAL without an fsync (``synchronous=NORMAL``, see :func:`_wal_sync_normal`), and a batch of
+events that Dagster hands over at once (a new run's planned events) is one transaction per file, not one per
+event (:meth:`FleetSqliteEventLogStorage.store_event_batch`). A connection never
 crosses a fork: a forked process (Dagster's steps fork from a forkserver) opens its own, and leaves the ones it
 inherited untouched, since closing a copy of another process's sqlite connection is not safe. At most
 ``MAX_OPEN`` files stay open per process (the index and the latest runs'), so the webserver and the daemon,
@@ -22,13 +24,15 @@ from __future__ import annotations
 import collections
 import contextlib
 import os
+import threading
 from typing import Iterator
 
-from dagster._core.storage.event_log.sqlite.sqlite_event_log import SqliteEventLogStorage
+from dagster._core.storage.event_log.sqlite.sqlite_event_log import INDEX_SHARD_NAME, SqliteEventLogStorage
 from dagster._core.storage.sqlite import SQLITE_BUSY_TIMEOUT_SECONDS
 from dagster._serdes import ConfigurableClassData
 
 MAX_OPEN = 8
+EVENT_BATCH_SIZE = 1000  # events per store_event_batch at most (a run's planned events: 5 per source)
 _INHERITED: list = []  # engines a forked child got from its parent: kept referenced, so never closed here
 
 
@@ -47,6 +51,10 @@ class FleetSqliteEventLogStorage(SqliteEventLogStorage):
         self._engines: collections.OrderedDict = collections.OrderedDict()
         self._engines_pid = os.getpid()
         self._tables_seen: set[str] = set()
+        self._batch: dict | None = None
+        # Dagster hands events to store_event_batch only when this is set; fleet's storage writes a batch in one
+        # transaction per file. Read by Dagster at every event; an explicit value (0: off) is kept.
+        os.environ.setdefault("DAGSTER_EVENT_BATCH_SIZE", str(EVENT_BATCH_SIZE))
         super().__init__(base_dir, inst_data=inst_data)  # creates a new index.db through _connect
 
     @classmethod
@@ -76,14 +84,59 @@ class FleetSqliteEventLogStorage(SqliteEventLogStorage):
 
     @contextlib.contextmanager
     def _connect(self, shard: str) -> Iterator:
+        batch = self._batch
+        if batch is not None and batch["thread"] == threading.get_ident():
+            yield self._batch_connection(batch, shard)  # inside store_event_batch, which holds the lock
+            return
         with self._db_lock:
-            engine = self._engine(shard)
-            if shard not in self._initialized_dbs:
-                self._initdb(engine)
-                self._initialized_dbs.add(shard)
-            with engine.connect() as conn:
+            with self._open(shard) as conn:
                 with conn.begin():
                     yield conn
+
+    def _open(self, shard: str):
+        engine = self._engine(shard)
+        if shard not in self._initialized_dbs:
+            self._initdb(engine)
+            self._initialized_dbs.add(shard)
+        return engine.connect()
+
+    def _batch_connection(self, batch: dict, shard: str):
+        conn = batch["open"].get(shard)
+        if conn is None:
+            conn = batch["open"][shard] = self._open(shard)
+            conn.begin()
+        return conn
+
+    def store_event_batch(self, events) -> None:
+        """Store ``events`` with one transaction per database file instead of one per event and file.
+
+        Dagster hands a batch here when batching is on (``DAGSTER_EVENT_BATCH_SIZE``, which this storage turns
+        on: see ``__init__``): the run's planned events, one per asset and asset check it will execute, written
+        one by one before its first step starts, and each partitioned output's materializations. Base Dagster's
+        sqlite storage stores them one by one. Each event is still stored by Dagster's own ``store_event``, so
+        what is written is the same; only the connections and commits are fewer. Measured with 40 sources (200
+        planned events, in `fleet run` while its first wave's workers start): 0.42-0.50 s before, 0.18-0.33 s
+        after; creating the same run in an idle process, 0.35-0.38 s and 0.22-0.28 s (BENCHMARKS.md).
+
+        Nothing of a batch is committed if any of it fails, and Dagster then stores the events one by one.
+        The run's file is committed before the index; if the index's commit alone failed (a full disk), the
+        run's log would hold the batch twice after that retry, never lose it."""
+        with self._db_lock:
+            self._batch = batch = {"thread": threading.get_ident(), "open": {}}
+            try:
+                for event in events:
+                    self.store_event(event)
+                for shard in sorted(batch["open"], key=lambda name: name == INDEX_SHARD_NAME):
+                    batch["open"][shard].commit()
+            except BaseException:
+                for conn in batch["open"].values():
+                    if conn.in_transaction():
+                        conn.rollback()
+                raise
+            finally:
+                self._batch = None
+                for conn in batch["open"].values():
+                    conn.close()
 
     def has_table(self, table_name: str) -> bool:
         """Whether the index has ``table_name``: Dagster asks before storing every asset check event, each time
