@@ -9,6 +9,7 @@ or commits): what orchestration adds, and what isolating each source in a worker
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import tempfile
@@ -60,6 +61,18 @@ def write_sources(where: Path, n: int, pages: int, *, prefix: str = "lat", crash
             i=i, pages=pages, prefix=prefix, crashes=c, crash_doc="; its step process is SIGKILLed once" if c else ""))
 
 
+def _timeline(env: dict, started_unix: float) -> dict:
+    """Where a `fleet run`'s wall went (bench/timeline.py), read from its home after it exited, in seconds from
+    its spawn; not part of any measured command."""
+    from bench.timeline import summary
+
+    out = subprocess.run([PY, "-m", "bench.timeline", "--week", WEEK, "--json"], env={**os.environ, **env}, cwd=ROOT,
+                         capture_output=True, text=True, timeout=300)
+    if out.returncode != 0:
+        return {"error": out.stderr[-500:]}
+    return summary(json.loads(out.stdout), since_unix=started_unix)
+
+
 def _child_json(r: dict) -> dict:
     return json.loads(r["output"].strip().splitlines()[-1])
 
@@ -87,6 +100,7 @@ def run(quick: bool, repeats: int) -> dict:
             r["source_seconds"] = [o.get("seconds", 0) for o in outcomes]
             if r["rc"] != 0 or r["ok_sources"] != n:
                 raise RuntimeError(f"fleet run exited {r['rc']} with {r['ok_sources']}/{n} ok sources:\n{r['output'][-3000:]}")
+            r["timeline"] = _timeline(env, r["started_unix"])
             fleet_runs.append(r)
             b = run_measured([PY, "-m", "bench.child", "overhead-baseline", str(scrapers), WEEK, str(cap)],
                              env=base_env, cwd=ROOT)
@@ -134,6 +148,10 @@ def run(quick: bool, repeats: int) -> dict:
             "fleet_peak_rss_mb": rnd(median([r["peak_rss_mb"] for r in fleet_runs]), 1),
             "baseline_peak_rss_mb": rnd(median([r["peak_rss_mb"] for r in base_runs]), 1),
             "fleet_median_source_seconds": rnd(median([median(r["source_seconds"]) for r in fleet_runs])),
+            # each fleet run's timeline (bench/timeline.py), seconds from its spawn: when its run existed, when
+            # its first and all cap slots were scraping, when its last source was done, how long each source
+            # of the last worker to finish held its slot, and the publish run
+            "fleet_timelines": [r["timeline"] for r in fleet_runs],
             "breakdown": {
                 # `fleet run` of n sources that visit no page, minus one such source, per extra source
                 "fixed_cpu_per_source_s": rnd((fixed["n"]["cpu"] - fixed["one"]["cpu"]) / max(1, n - 1)),

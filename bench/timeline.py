@@ -7,7 +7,8 @@ worker taking the source (the `worker N started` line its step logs) to the end 
 `seconds`), and what that says about the week's length. With sources of about equal length, a week of n
 sources at a cap of c ends when the slot that started last has run its n/c sources in a row: the time until
 all c slots are busy is paid once, on top of n/c sources' time. Times are seconds from the first run's
-creation (the command itself started a few seconds earlier: Python, Dagster's import, the definitions).
+creation (``t0_unix`` in the JSON; the command itself started a few seconds earlier: Python, Dagster's
+import, the definitions, the instance).
 """
 from __future__ import annotations
 
@@ -86,12 +87,27 @@ def week_timeline(instance, week: str, outcomes: dict[str, dict], cap: int) -> d
         chains.setdefault(s["worker"], []).append(s)
     workers = {pid: {"sources": len(c), "from": c[0]["start"], "to": c[-1]["end"]} for pid, c in chains.items()}
     last = max(workers.items(), key=lambda kv: kv[1]["to"], default=None)
-    return {"week": week, "cap": cap, "runs": runs, "slots": slots, "occupancy": used,
+    return {"week": week, "cap": cap, "t0_unix": t0, "runs": runs, "slots": slots, "occupancy": used,
             "median_slot_seconds": round(statistics.median(per_source), 2) if per_source else None,
             "workers": workers,
             # with sources of about equal length, the week's scraping ends with the worker that started last
             "last_worker": None if last is None else {
                 "worker": last[0], **last[1], "seconds_per_source": round((last[1]["to"] - last[1]["from"]) / last[1]["sources"], 2)}}
+
+
+def summary(t: dict, since_unix: float | None = None) -> dict:
+    """The few numbers that place a week's wall time (see the module's doc), in seconds from ``since_unix``
+    (when the command was spawned) if given, else from the first run's creation."""
+    shift = (t["t0_unix"] - since_unix) if since_unix is not None else 0.0
+    at = (lambda v: None if v is None else round(v + shift, 2))
+    o, scrape = t["occupancy"], t["runs"][0]
+    publish = next((r for r in t["runs"] if r["kind"] == "publish"), None)
+    return {"run_created_s": at(0.0), "first_step_start_s": at(scrape["first_step_start"]),
+            "first_slot_s": at(o["first_start"]), "all_slots_busy_s": at(o["all_busy_at"]),
+            "last_scrape_end_s": at(o["last_end"]),
+            "last_worker_seconds_per_source": (t["last_worker"] or {}).get("seconds_per_source"),
+            "publish_s": None if publish is None or publish["last_step_end"] is None
+            else round(publish["last_step_end"] - publish["created"], 2)}
 
 
 def render(t: dict) -> str:

@@ -89,11 +89,11 @@ def run_measured(cmd: list[str], *, env: dict | None = None, cwd: str | Path | N
     """Run ``cmd``; return wall seconds (until the command exits), user+sys CPU seconds of the whole process
     tree (this process is a child subreaper, so orphans are reaped here too; summed os.wait4 rusage, the
     same accounting as RUSAGE_CHILDREN), the peak RSS (MB) of its largest process (:class:`PeakSampler`; the
-    floored ``ru_maxrss`` is kept as ``ru_maxrss_mb``), exit code, output."""
+    floored ``ru_maxrss`` is kept as ``ru_maxrss_mb``), exit code, output, and when it was spawned (``started_unix``)."""
     _become_subreaper()
     full_env = {**os.environ, **(env or {})}
     chunks: list[bytes] = []
-    started = time.perf_counter()
+    started, started_unix = time.perf_counter(), time.time()
     proc = subprocess.Popen(cmd, env=full_env, cwd=cwd, stdin=subprocess.DEVNULL,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     reader = threading.Thread(target=lambda: chunks.extend(iter(lambda: proc.stdout.read(65536), b"")), daemon=True)
@@ -127,7 +127,7 @@ def run_measured(cmd: list[str], *, env: dict | None = None, cwd: str | Path | N
     if check and proc.returncode != 0:
         raise RuntimeError(f"{' '.join(map(str, cmd))} exited {proc.returncode}:\n{text[-3000:]}")
     return {"wall": wall, "cpu": cpu, "peak_rss_mb": peak_mb, "ru_maxrss_mb": maxrss / 1024, "rc": proc.returncode,
-            "output": text, "reaped_orphans": lingered}
+            "output": text, "reaped_orphans": lingered, "started_unix": started_unix}
 
 
 def median(xs):

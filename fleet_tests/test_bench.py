@@ -59,6 +59,16 @@ def test_the_timeline_reads_a_real_weeks_runs_and_slots(fleet_env):
     assert t["occupancy"]["last_end"] == max(s["end"] for s in t["slots"])
     assert t["last_worker"]["to"] == t["occupancy"]["last_end"]
     assert sum(w["sources"] for w in t["workers"].values()) == len(sources)
+    # the bench's summary of it, from the first run's creation or from a given moment (the command's spawn)
+    from bench.timeline import summary
+    s = summary(t)
+    assert s["run_created_s"] == 0 and 0 < s["first_step_start_s"] <= s["first_slot_s"] < s["last_scrape_end_s"], s
+    if t["cap"] > len(sources):  # never all busy
+        assert s["all_slots_busy_s"] is None
+    else:
+        assert s["first_slot_s"] <= s["all_slots_busy_s"] <= s["last_scrape_end_s"]
+    assert s["last_scrape_end_s"] == t["occupancy"]["last_end"] and s["publish_s"] > 0
+    assert summary(t, since_unix=t["t0_unix"] - 2.5)["last_scrape_end_s"] == round(s["last_scrape_end_s"] + 2.5, 2)
     # the table form prints the same week
     table = subprocess.run([sys.executable, "-m", "bench.timeline", "--week", WEEK], env=env, cwd=ROOT,
                            capture_output=True, text=True, timeout=120)
