@@ -42,8 +42,9 @@ def occupancy(intervals: list[tuple[float, float]], cap: int) -> dict:
             "last_end": edges[-1][0], "idle_slot_seconds": round(idle, 2)}
 
 
-def week_timeline(instance, week: str, outcomes: dict[str, dict], cap: int) -> dict:
-    """The week's runs and scrape slots from ``instance``'s event log (see the module's doc)."""
+def week_timeline(instance, week: str, outcome, cap: int) -> dict:
+    """The week's runs and scrape slots from ``instance``'s event log (see the module's doc); ``outcome(name)``
+    is a source's stored outcome for the week ({} if none)."""
     from dagster import DagsterEventType, RunsFilter
 
     from fleet.policy import taxonomy as tx
@@ -60,14 +61,16 @@ def week_timeline(instance, week: str, outcomes: dict[str, dict], cap: int) -> d
         run, steps, taken = rec.dagster_run, {}, {}
         for e in instance.all_logs(run.run_id):
             kind = step_events.get(e.dagster_event.event_type) if e.dagster_event else None
-            if kind and e.step_key:
-                steps.setdefault(e.step_key, {}).setdefault(kind, round(e.timestamp - t0, 2))
+            if kind and e.step_key:  # a step re-executed in its run (a crash): its first start, its last end
+                at = round(e.timestamp - t0, 2)
+                step = steps.setdefault(e.step_key, {})
+                step[kind] = step.get(kind, at) if kind == "start" else at
             m = WORKER_LINE.search(e.user_message or "")
             if m:  # the last attempt's line wins: its outcome's seconds are the ones stored
                 taken[m["source"]] = (e.timestamp - t0, m["pid"], m["how"])
         for source, (at, pid, how) in taken.items():
             end = steps.get(f"{tx.RAW_PREFIX}{source}", {}).get("end")
-            seconds = float(outcomes.get(source, {}).get("seconds") or 0.0)
+            seconds = float(outcome(source).get("seconds") or 0.0)
             stop = at + seconds if seconds else end
             slots.append({"source": source, "run": run.run_id[:8], "worker": int(pid), "how": how,
                           "start": round(at, 2), "end": round(min(stop, end) if end else stop, 2)})
@@ -148,12 +151,12 @@ def main(argv=None) -> int:
     from fleet.config import settings
     from fleet.defs.assets import artifact_store
     from fleet.defs.instance import get_instance
+    from fleet.storage import store as keys
 
     s, week = settings(), resolve_week(args.week)
     store = artifact_store()
-    outcomes = {p.name.removesuffix(".outcome.json"): json.loads(p.read_text())
-                for p in store.path(week, "raw").glob("*.outcome.json")}
-    t = week_timeline(get_instance(s), week, outcomes, s.max_parallel)
+    t = week_timeline(get_instance(s), week, lambda name: store.read_json(week, keys.outcome_key(name)) or {},
+                      s.max_parallel)
     print(json.dumps(t, indent=1) if args.json else render(t))
     return 0
 
