@@ -61,7 +61,7 @@ def week_timeline(instance, week: str, outcome, cap: int) -> dict:
         run, steps, taken = rec.dagster_run, {}, {}
         for e in instance.all_logs(run.run_id):
             kind = step_events.get(e.dagster_event.event_type) if e.dagster_event else None
-            if kind and e.step_key:  # a step re-executed in its run (a crash): its first start, its last end
+            if kind and e.step_key:  # a step with more than one end in its run: its first start, its last end
                 at = round(e.timestamp - t0, 2)
                 step = steps.setdefault(e.step_key, {})
                 step[kind] = step.get(kind, at) if kind == "start" else at
