@@ -30,10 +30,15 @@ def _materialization(run_id: str, i: int) -> EventLogEntry:
                          step_key="noop", job_name="tiny", dagster_event=event)
 
 
-def test_event_log_keeps_its_connections_and_never_shares_one_across_a_fork(tmp_path, monkeypatch):
-    monkeypatch.setenv("FLEET_HOME", str(tmp_path / "home"))
+def _fresh_instance(monkeypatch, home):
+    """fleet's instance over a new FLEET_HOME (and no DAGSTER_HOME of the environment's)."""
+    monkeypatch.setenv("FLEET_HOME", str(home))
     monkeypatch.delenv("DAGSTER_HOME", raising=False)
-    instance = get_instance(settings())
+    return get_instance(settings())
+
+
+def test_event_log_keeps_its_connections_and_never_shares_one_across_a_fork(tmp_path, monkeypatch):
+    instance = _fresh_instance(monkeypatch, tmp_path / "home")
     storage = instance.event_log_storage
     assert isinstance(storage, fleet_storage.FleetSqliteEventLogStorage)
     # the files are Dagster's own layout, so an existing FLEET_HOME keeps its history
@@ -74,9 +79,7 @@ def test_event_log_keeps_its_connections_and_never_shares_one_across_a_fork(tmp_
 def test_event_log_commits_append_to_the_wal_without_an_fsync(tmp_path, monkeypatch):
     """WAL with synchronous=NORMAL on fleet's connections; a second process still reads every committed event."""
     import sqlalchemy as db
-    monkeypatch.setenv("FLEET_HOME", str(tmp_path / "home"))
-    monkeypatch.delenv("DAGSTER_HOME", raising=False)
-    instance = get_instance(settings())
+    instance = _fresh_instance(monkeypatch, tmp_path / "home")
     run = instance.create_run_for_job(tiny)
     instance.store_event(_materialization(run.run_id, 0))
     storage = instance.event_log_storage
@@ -101,9 +104,7 @@ def test_a_table_once_seen_is_not_asked_for_again_and_a_missing_one_is(tmp_path,
     through a new engine each time; fleet's storage remembers a table it has seen (tables are only added)."""
     from dagster._core.storage.event_log.sqlite.sqlite_event_log import SqliteEventLogStorage
 
-    monkeypatch.setenv("FLEET_HOME", str(tmp_path / "home"))
-    monkeypatch.delenv("DAGSTER_HOME", raising=False)
-    storage = get_instance(settings()).event_log_storage
+    storage = _fresh_instance(monkeypatch, tmp_path / "home").event_log_storage
     asked = []
     original = SqliteEventLogStorage.has_table
     monkeypatch.setattr(SqliteEventLogStorage, "has_table", lambda self, name: asked.append(name) or original(self, name))
@@ -166,9 +167,7 @@ def test_a_runs_planned_events_are_stored_in_one_batch_with_what_one_by_one_stor
     state = {}
     for label, size in (("batched", "1000"), ("one by one", "0")):
         monkeypatch.setenv("DAGSTER_EVENT_BATCH_SIZE", size)
-        monkeypatch.setenv("FLEET_HOME", str(tmp_path / label))
-        monkeypatch.delenv("DAGSTER_HOME", raising=False)
-        instance = get_instance(settings())
+        instance = _fresh_instance(monkeypatch, tmp_path / label)
         run = instance.create_run_for_job(week_job, tags={tx.PARTITION_TAG: "2026-11-16"})
         state[label] = _planned_state(instance, run.run_id)
         state[label]["planned"] = {k: v == run.run_id for k, v in state[label]["planned"].items()}
@@ -183,9 +182,7 @@ def test_a_runs_planned_events_are_stored_in_one_batch_with_what_one_by_one_stor
 
 
 def test_a_batch_that_fails_stores_none_of_its_events_and_the_storage_goes_on(tmp_path, monkeypatch):
-    monkeypatch.setenv("FLEET_HOME", str(tmp_path / "home"))
-    monkeypatch.delenv("DAGSTER_HOME", raising=False)
-    instance = get_instance(settings())
+    instance = _fresh_instance(monkeypatch, tmp_path / "home")
     storage = instance.event_log_storage
     run = instance.create_run_for_job(tiny)
     events = [_materialization(run.run_id, i) for i in range(4)]
