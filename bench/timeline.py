@@ -56,7 +56,7 @@ def week_timeline(instance, week: str, outcome, cap: int) -> dict:
     if not records:
         raise SystemExit(f"bench.timeline: no run of week {week} in this FLEET_HOME's event log")
     t0 = records[0].create_timestamp.timestamp()
-    runs, slots = [], []
+    runs, slots, unfinished = [], [], []
     for rec in records:
         run, steps, taken = rec.dagster_run, {}, {}
         for e in instance.all_logs(run.run_id):
@@ -72,8 +72,13 @@ def week_timeline(instance, week: str, outcome, cap: int) -> dict:
             end = steps.get(f"{tx.RAW_PREFIX}{source}", {}).get("end")
             seconds = float(outcome(source).get("seconds") or 0.0)
             stop = at + seconds if seconds else end
+            if end is not None and stop is not None:
+                stop = min(stop, end)
+            if stop is None:  # no stored seconds and no end: a run killed while this source scraped
+                unfinished.append(source)
+                continue
             slots.append({"source": source, "run": run.run_id[:8], "worker": int(pid), "how": how,
-                          "start": round(at, 2), "end": round(min(stop, end) if end else stop, 2)})
+                          "start": round(at, 2), "end": round(stop, 2)})
         starts = [s["start"] for s in steps.values() if "start" in s]
         ends = [s["end"] for s in steps.values() if "end" in s]
         runs.append({"run": run.run_id[:8], "kind": run.tags.get(tx.TAG_KIND, "-"), "status": run.status.value,
@@ -90,7 +95,8 @@ def week_timeline(instance, week: str, outcome, cap: int) -> dict:
         chains.setdefault(s["worker"], []).append(s)
     workers = {pid: {"sources": len(c), "from": c[0]["start"], "to": c[-1]["end"]} for pid, c in chains.items()}
     last = max(workers.items(), key=lambda kv: kv[1]["to"], default=None)
-    return {"week": week, "cap": cap, "t0_unix": t0, "runs": runs, "slots": slots, "occupancy": used,
+    return {"week": week, "cap": cap, "t0_unix": t0, "runs": runs, "slots": slots, "unfinished": unfinished,
+            "occupancy": used,
             "median_slot_seconds": round(statistics.median(per_source), 2) if per_source else None,
             "workers": workers,
             # with sources of about equal length, the week's scraping ends with the worker that started last
@@ -121,6 +127,8 @@ def render(t: dict) -> str:
                      f"{_s(r['first_step_start']):>9} {_s(r['last_step_end']):>9}")
         for step, secs in r["step_seconds"].items():
             lines.append(f"{'':<9} {step:<40} {secs:6.2f} s")
+    if t["unfinished"]:
+        lines.append(f"took a slot and never finished (left out): {', '.join(t['unfinished'])}")
     o, cap = t["occupancy"], t["cap"]
     if o["first_start"] is None:
         lines.append("no source took a scrape slot in these runs (every source reused, or none started)")

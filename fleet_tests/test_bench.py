@@ -53,7 +53,7 @@ def test_the_timeline_reads_a_real_weeks_runs_and_slots(fleet_env):
     assert (scrape["kind"], publish["kind"]) == ("scrape", "publish")
     assert scrape["steps"] == len(sources) and publish["created"] > scrape["created"]
     assert list(publish["step_seconds"]) == ["consolidated_raw_rows", "raw_commit", "post_processed", "processed_commit"]
-    assert sorted(s["source"] for s in t["slots"]) == list(sources)
+    assert sorted(s["source"] for s in t["slots"]) == list(sources) and t["unfinished"] == []
     for slot in t["slots"]:  # inside its run: after the first step started, before the scrape run's last step ended
         assert scrape["first_step_start"] <= slot["start"] < slot["end"] <= scrape["last_step_end"], slot
     assert t["occupancy"]["last_end"] == max(s["end"] for s in t["slots"])
