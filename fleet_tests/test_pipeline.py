@@ -1,5 +1,8 @@
 """The week end to end through real parts: demo sites, Chromium, a multiprocess Dagster run, git + git-lfs."""
 
+import os
+
+from fleet.scraping.procs import alive
 from fleet_tests.conftest import WEEK, committed_frame, run_fleet
 from fleet_tests.gitremote import log, ls_tree
 
@@ -30,6 +33,8 @@ def test_demo_week_makes_two_lfs_commits_and_reruns_make_none(fleet_env):
     assert committed_frame(fleet_env.remote, f"data/{WEEK}/processed.parquet").height > 0
     for name in DEMO_ROWS:
         assert f"\n{name:<20} ok" in res.stdout
+    # the warm workers (stopped while the week was published) and the zygote are gone when the command is
+    assert _live_pids(fleet_env.home / "workers") == []
 
     again = run_fleet(fleet_env.env, "demo", "--week", "2026-W47", "--force")
     assert again.returncode == 0, again.stderr[-3000:]
@@ -43,6 +48,19 @@ def test_demo_week_makes_two_lfs_commits_and_reruns_make_none(fleet_env):
     status = run_fleet(fleet_env.env, "status", "--week", WEEK)
     assert status.returncode == 0
     assert all(f"{n:<20} ok" in status.stdout for n in DEMO_ROWS)
+
+
+def _live_pids(root) -> list[tuple[str, int]]:
+    """The processes that the pid files under ``root`` (the warm workers' and the zygote's) name and that live."""
+    live = []
+    for pid_file in root.rglob("*.pid"):
+        try:
+            pid = int(pid_file.read_text())
+        except (OSError, ValueError):
+            continue
+        if pid != os.getpid() and alive(pid):
+            live.append((str(pid_file.relative_to(root)), pid))
+    return live
 
 
 USER_SCRAPER = '''
