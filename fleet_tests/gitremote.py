@@ -1,7 +1,7 @@
 """Test helpers: a GitHub-like bare remote on disk (LFS store + pre-receive hook) and "another writer".
 
 The pre-receive hook rejects, like GitHub, pushes whose new commits reference LFS objects the store does
-not hold (GH008) and pushes that change ``.github/workflows/``. Every rejection is appended to
+not hold (GH008) and pushes that create, change or delete anything under ``.github/workflows/``. Every rejection is appended to
 ``<bare>/hook-rejections.log`` so tests can assert that none of their own pushes was ever refused.
 """
 from __future__ import annotations
@@ -18,10 +18,11 @@ LFS_ATTRS = "*.parquet filter=lfs diff=lfs merge=lfs -text\n"
 POINTER_HEADER = b"version https://git-lfs.github.com/spec/v1"
 
 _HOOK = r'''#!{python}
-"""pre-receive: GitHub-like GH008 (unknown LFS object) and workflow-file rejections."""
+"""pre-receive: GitHub-like GH008 (unknown LFS object) and workflow-file rejections (a deletion too)."""
 import os, re, subprocess, sys
 
 ZERO = "0" * 40
+EMPTY_TREE = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"
 HEADER = b"version https://git-lfs.github.com/spec/v1"
 
 def git(*args, input=None):
@@ -37,11 +38,13 @@ for line in sys.stdin.read().splitlines():
     old, new, ref = line.split()
     if new == ZERO:
         continue
+    # what the update changes, deletions included (from the empty tree for a new branch)
+    changed = git("diff", "--name-only", "--no-renames", "-z", old if old != ZERO else EMPTY_TREE, new)
+    for path in filter(None, changed.decode().split("\0")):
+        if path.startswith(".github/workflows/"):
+            reject(f"! [remote rejected] refusing to allow a push to create, update or delete workflow `{{path}}`")
     listing = git("rev-list", "--objects", new, "--not", "--all").decode().splitlines()
     objs = [(l.split(" ", 1)[0], l.split(" ", 1)[1] if " " in l else "") for l in listing]
-    for sha, path in objs:
-        if path == ".github/workflows" or path.startswith(".github/workflows/"):
-            reject(f"! [remote rejected] refusing to allow a push to create or update workflow `{{path}}`")
     if not objs:
         continue
     checks = git("cat-file", "--batch-check", input="".join(s + "\n" for s, _ in objs).encode()).decode()
@@ -128,6 +131,17 @@ def clone_and_push(remote: Path, files: dict[str, bytes | str], message: str, *,
         git("add", "-f", "--", *paths, cwd=work, env={"GIT_LFS_SKIP_SMUDGE": "1"})
         git("commit", "-q", "-m", message, cwd=work)
         return git("push", "-q", "origin", "HEAD:main", cwd=work, env=env, check=check)
+
+
+def clone_and_change(remote: Path, change, message: str, *, check: bool = True) -> subprocess.CompletedProcess:
+    """Another writer who does what ``change(work)`` does to a clone (links, deletions: anything), then
+    ``git add -A``, commit and a plain push. Returns the push's CompletedProcess."""
+    with tempfile.TemporaryDirectory(dir=Path(remote).parent) as scratch:
+        work = scratch_clone(remote, Path(scratch) / "other")
+        change(work)
+        git("add", "-A", cwd=work, env={"GIT_LFS_SKIP_SMUDGE": "1"})
+        git("commit", "-q", "-m", message, cwd=work)
+        return git("push", "-q", "origin", "HEAD:main", cwd=work, check=check)
 
 
 def ls_tree(remote: Path, ref: str = "main") -> dict[str, str]:
