@@ -238,6 +238,143 @@ def test_refusal_for_another_reason_is_not_retried(bare, tmp_path):
     assert "GH006" in str(err.value) and "retrying will not help" in str(err.value)
 
 
+def test_hook_rejects_deleting_the_workflows(bare, tmp_path):
+    gone = gr.clone_and_change(bare, lambda work: subprocess.run(["rm", "-r", str(work / ".github")], check=True),
+                               "drop the workflows", check=False)
+    assert gone.returncode != 0 and b"delete workflow `.github/workflows/ci.yml`" in gone.stderr
+    assert ".github/workflows/ci.yml" in gr.ls_tree(bare)
+
+
+def test_lfs_objects_are_in_the_remote_store_before_the_push_because_fleet_uploaded_them(bare, tmp_path,
+                                                                                           monkeypatch):
+    """git-lfs's own pre-push hook (installed in every clone) would upload the objects during ``git push`` too, so
+    the hook is removed here: the object must already be in the remote's store when ``git push`` starts. Without
+    fleet's own upload the remote refuses the push with GH008."""
+    art = artifact(tmp_path, "raw.parquet")
+    seen = []
+
+    def before_push(repo, attempt):
+        (repo.workdir / ".git" / "hooks" / "pre-push").unlink(missing_ok=True)
+        seen.append(gr.lfs_object(bare, sha256(art)).is_file())
+
+    monkeypatch.setattr(commit_mod, "_before_push", before_push)
+    res = commit_files(data_repo(bare, tmp_path), {REL: art}, subject="raw", idempotency_key="k")
+    assert res.status == "committed" and seen == [True]
+    assert_lfs_content(bare, f"data/{REL}", art)
+    assert gr.hook_rejections(bare) == []
+
+    monkeypatch.setattr(commit_mod._Publisher, "_push_lfs", lambda self, objects: None)
+    other = artifact(tmp_path, "other.parquet")
+    with pytest.raises(CommitError, match="GH008"):
+        commit_files(data_repo(bare, tmp_path, attempts=1), {"2026-11-23/raw.parquet": other}, subject="raw",
+                     idempotency_key="k2")
+    assert len(gr.hook_rejections(bare)) == 1
+
+
+def test_a_rerun_after_others_moved_the_prefix_is_up_to_date_and_keeps_their_fix(bare, tmp_path):
+    """Others push other weeks under the same prefix all the time, and may fix our file after our commit; a rerun
+    with the same key and the same bytes must not commit again (it would revert their fix)."""
+    art = artifact(tmp_path, "raw.parquet")
+    repo = data_repo(bare, tmp_path)
+    first = commit_files(repo, {REL: art}, subject="raw", idempotency_key="raw:k")
+    gr.clone_and_push(bare, {"data/2026-11-09/raw.parquet": os.urandom(500)}, "another week, by someone else")
+    gr.clone_and_push(bare, {f"data/{REL}": b"their fix of our week"}, "they fix our week")
+    head = gr.log(bare)[0]["sha"]
+    again = commit_files(repo, {REL: art}, subject="raw", idempotency_key="raw:k")
+    assert (again.status, again.sha) == ("up_to_date", head) and first.sha != head
+    assert gr.log(bare)[0]["sha"] == head
+    assert gr.read_blob(bare, f"main:data/{REL}").startswith(gr.POINTER_HEADER)  # theirs, still there
+    assert gr.pointer_oid(gr.read_blob(bare, f"main:data/{REL}"))[0] != sha256(art)
+
+
+@pytest.mark.parametrize("link", ["attributes", "week folder", "prefix"])
+def test_links_pushed_by_others_are_never_written_through(bare, tmp_path, link):
+    """The clone holds what others pushed; a symbolic link on one of fleet's paths would make it write outside
+    the clone. Refused at once (one attempt), naming the link, and nothing outside changes."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "config").write_text("precious\n")
+
+    def change(work):
+        if link == "attributes":
+            (work / "data").mkdir()
+            os.symlink(outside / "config", work / "data" / ".gitattributes")
+        elif link == "week folder":
+            (work / "data").mkdir()
+            os.symlink(outside, work / "data" / WEEK)
+        else:
+            os.symlink(outside, work / "data")
+
+    gr.clone_and_change(bare, change, f"a link at the {link}")
+    before = gr.log(bare)
+    started = time.monotonic()
+    with pytest.raises(CommitError, match=r"is a symbolic link to .*outside.*refusing to write") as err:
+        commit_files(data_repo(bare, tmp_path, base_wait_s=5), {REL: artifact(tmp_path, "raw.parquet")},
+                     subject="raw", idempotency_key="k")
+    assert time.monotonic() - started < 5, "a permanent refusal was retried"
+    assert "data" in str(err.value)
+    assert gr.log(bare) == before
+    assert sorted(p.name for p in outside.iterdir()) == ["config"]
+    assert (outside / "config").read_text() == "precious\n"
+
+
+def test_permanence_is_read_from_gits_words_not_from_urls_or_paths(tmp_path):
+    assert commit_mod._permanent("remote: error: GH006: Protected branch update failed for refs/heads/main.")
+    assert commit_mod._permanent("remote: error: GH001: Large files detected.")
+    assert commit_mod._permanent("! [remote rejected] main -> main (refusing to update checked out branch: ...)")
+    assert commit_mod._permanent("fatal: could not read Password for 'https://x.test': terminal prompts disabled")
+    refused = ("`git ls-remote http://127.0.0.1:1/org/workflow-permission-denied.git refs/heads/main` exited 128: "
+               "fatal: unable to access 'http://127.0.0.1:1/org/workflow-permission-denied.git/': Failed to "
+               "connect to 127.0.0.1 port 1: Connection refused")
+    assert not commit_mod._permanent(refused)
+    assert not commit_mod._permanent("fatal: '/srv/repository not found/data.git' does not exist")
+    # through the loop: a refused connection to such a URL is retried to the end, not given up at once
+    repo = DataRepo(remote="http://127.0.0.1:1/org/workflow-data.git", workdir=tmp_path / "clone", attempts=2,
+                    base_wait_s=0.01)
+    with pytest.raises(CommitError, match="after 2 attempts"):
+        commit_files(repo, {REL: artifact(tmp_path, "raw.parquet")}, subject="s", idempotency_key="k")
+
+
+def test_a_remote_that_cannot_take_the_push_is_refused_at_once(tmp_path):
+    """A non-bare repository refuses a push to its checked-out branch: that is permanent, not a lost race."""
+    work = tmp_path / "checkout"
+    gr.git("init", "-q", "--initial-branch=main", str(work))
+    (work / "README.md").write_text("hi\n")
+    gr.git("add", "-A", cwd=work)
+    gr.git("commit", "-q", "-m", "init", cwd=work)
+    with pytest.raises(CommitError, match="refusing to update checked out branch.*|retrying will not help") as err:
+        commit_files(DataRepo(remote=str(work), workdir=tmp_path / "clone", base_wait_s=5),
+                     {REL: artifact(tmp_path, "raw.parquet")}, subject="s", idempotency_key="k")
+    assert "retrying will not help" in str(err.value) and "checked out branch" in str(err.value)
+
+
+def test_a_file_outside_lfs_is_committed_beside_the_parquet(bare, tmp_path):
+    art = artifact(tmp_path, "raw.parquet")
+    summary = tmp_path / "artifacts" / "summary.json"
+    summary.write_text('{"rows": 3}\n')
+    res = commit_files(data_repo(bare, tmp_path), {REL: art, f"{WEEK}/summary.json": summary}, subject="s",
+                       idempotency_key="k", key_with_content=True)
+    assert res.status == "committed"
+    assert gr.read_blob(bare, f"main:data/{WEEK}/summary.json") == b'{"rows": 3}\n'
+    assert_lfs_content(bare, f"data/{REL}", art)
+
+
+def test_remotes_and_branches_that_git_would_refuse_are_clear_errors(tmp_path, monkeypatch):
+    for branch in ("a..b", "topic.lock", "x/", "@{u}", "-x", "a b"):
+        with pytest.raises(CommitError, match="not a usable branch name"):
+            DataRepo(remote=str(tmp_path / "r.git"), workdir=tmp_path / "clone", branch=branch)
+    a_file = tmp_path / "remote-file"
+    a_file.write_text("not a repository\n")
+    with pytest.raises(CommitError, match="exists and is not a directory"):
+        ensure_remote(DataRepo(remote=str(a_file), workdir=tmp_path / "clone"))
+    # "~" is expanded for git too, not only for ensure_remote
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    repo = DataRepo(remote="~/data.git", workdir=tmp_path / "clone", base_wait_s=0.01)
+    ensure_remote(repo)
+    res = commit_files(repo, {REL: artifact(tmp_path, "raw.parquet")}, subject="s", idempotency_key="k")
+    assert res.status == "committed" and (tmp_path / "home" / "data.git" / "HEAD").is_file()
+
+
 def test_staged_path_outside_the_allowlist_aborts(bare, tmp_path, monkeypatch):
     def sneaky(self):  # a bug that writes outside the prefix and asks for it to be staged
         (self.wd / "README.md").write_text("overwritten\n")

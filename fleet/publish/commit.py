@@ -47,11 +47,23 @@ IDENTITY = ("fleet", "fleet@localhost")
 # Names an artifact may not take: they would change how git treats the data (e.g. turn LFS off).
 _GIT_NAMES = {".git", ".gitattributes", ".gitignore", ".gitmodules", ".lfsconfig"}
 
-# A rejection that retrying cannot cure: branch protection, workflow files, identity/authentication.
+# A rejection that retrying cannot cure: branch protection, workflow files, identity/authentication, a remote
+# that cannot take pushes. Matched against git's words only (see ``_permanent``): a URL or a path such as
+# ``org/workflow-data.git`` must not turn a refused connection into a permanent failure.
 _PERMANENT_REJECTION = re.compile(
-    r"GH006|GH007|GH013|protected branch|refusing to allow|workflow|authentication failed|"
-    r"could not read username|permission denied|repository not found|requested url returned error: 40[134]",
+    r"GH001|GH006|GH007|GH013|protected branch|refusing to allow|refusing to update checked out branch|"
+    r"authentication failed|could not read (username|password)|permission denied|repository not found|"
+    r"does not appear to be a git repository|requested url returned error: 40[134]",
     re.IGNORECASE)
+_URL_OR_PATH = re.compile(r"(?i)\b[a-z][a-z0-9+.-]*://\S*|'[^'\s]*'|`[^`]*`|(?<![\w.])[~.]?/[^\s:'`]*")
+
+
+def _permanent(text: str, *known: str) -> bool:
+    """Whether git's ``text`` says retrying cannot help, with URLs, paths, quoted names and ``known`` (the
+    remote's URL and path) taken out first."""
+    for k in sorted(filter(None, known), key=len, reverse=True):
+        text = text.replace(k, " ")
+    return bool(_PERMANENT_REJECTION.search(_URL_OR_PATH.sub(" ", text)))
 
 
 @dataclass(frozen=True)
@@ -76,8 +88,11 @@ class DataRepo:
         object.__setattr__(self, "workdir", Path(self.workdir).expanduser().resolve())
         if self.attempts < 1:
             raise CommitError(f"attempts must be at least 1, got {self.attempts}")
-        if not self.branch or self.branch.startswith("-") or any(c in self.branch for c in " ~^:?*[\\"):
-            raise CommitError(f"not a usable branch name: {self.branch!r}")
+        b = self.branch
+        if (not b or b.startswith(("-", "/", ".")) or b.endswith(("/", ".", ".lock")) or ".." in b or "@{" in b
+                or "//" in b or "/." in b or b == "@" or any(c in b for c in " ~^:?*[\\") or not b.isprintable()):
+            raise CommitError(f"not a usable branch name: {b!r} (git's rules for ref names, see "
+                              "`git check-ref-format --branch`)")
 
     def __repr__(self) -> str:  # the remote may carry a token
         return (f"DataRepo(remote={redact(self.remote, self)!r}, workdir={str(self.workdir)!r}, "
@@ -126,6 +141,8 @@ def ensure_remote(repo: DataRepo) -> None:
     if path is None:
         return
     if path.exists():
+        if not path.is_dir():
+            raise CommitError(f"data remote {path} exists and is not a directory (nor a git repository)")
         if (path / "HEAD").is_file() or (path / ".git").exists():
             return
         if any(path.iterdir()):
@@ -175,6 +192,7 @@ class _Artifact:
     size: int
     linked: tuple[int, int, int] | None = None  # (inode, size, mtime_ns) of a linked snapshot; None: a copy
     sha256: str | None = None   # known once git-lfs has staged it
+    lfs: bool = False           # staged as an LFS pointer (its object must reach the remote's LFS store)
 
 
 class _Retry(Exception):
@@ -248,6 +266,9 @@ class _Publisher:
     def _fail(self, msg: str) -> CommitError:
         return CommitError(self.redact(msg))
 
+    def _permanent(self, text: str) -> bool:
+        return _permanent(text, self.remote.url, self.redact(self.remote.url), str(self.remote.local_path or ""))
+
     def _g(self, *args: str, **kw) -> str:
         return self.git.out(list(args), self.wd, **kw)
 
@@ -301,6 +322,7 @@ class _Publisher:
     def _attempt(self, arts: list[_Artifact], subject: str, body: str, key: str, key_with_content: bool,
                  attempt: int) -> tuple[str, str | None]:
         base = self._prepare()
+        self._refuse_links([a.path for a in arts] + [self.repo.prefix + ".gitattributes"], base)
         self._restore(arts)
         attrs = self._ensure_attributes()
         changed = self._stage([a.path for a in arts] + [attrs], {a.path for a in arts} | {attrs})
@@ -313,11 +335,11 @@ class _Publisher:
         if not changed:
             return "up_to_date", base
         staged = self._verify_staged(arts)
-        new_objects = [a for a in staged if a.sha256 and a.path in changed]
+        new_objects = [a for a in staged if a.lfs and a.path in changed]
         if key_with_content:
             key = ":".join([key.strip(), *(a.sha256 for a in staged)])
         message = self._message(subject, body, key)
-        if base is not None and self._already_landed(base, key):
+        if base is not None and self._already_landed(base, key, staged):
             return "up_to_date", base
         sha = self._commit(message)
         self._info("attempt %d: committed %s (%d path(s)) on top of %s", attempt, sha[:12], len(changed),
@@ -407,7 +429,7 @@ class _Publisher:
         try:
             remote_sha = self._ls_remote()
         except GitFailure as e:
-            if _PERMANENT_REJECTION.search(str(e)):
+            if self._permanent(str(e)):
                 raise self._fail(f"{self.where} refused access and retrying will not help: {e}") from None
             raise _Retry(f"cannot read {self.where}: {e}") from None
         try:
@@ -469,6 +491,22 @@ class _Publisher:
         return base
 
     # -- step 2: restore artifacts -----------------------------------------------------------------
+    def _refuse_links(self, paths: list[str], base: str | None) -> None:
+        """The clone holds what others pushed, symbolic links included: writing one of our paths through a link
+        (``data/`` or a week's folder pointing elsewhere, or ``.gitattributes`` pointing at a file outside)
+        would write outside the clone, so a link anywhere on them is a permanent refusal."""
+        for path in paths:
+            here = self.wd
+            for part in PurePosixPath(path).parts:
+                here = here / part
+                if here.is_symlink():
+                    rel = here.relative_to(self.wd).as_posix()
+                    raise self._fail(f"{rel} on {self.where} (at {base[:12] if base else 'no commit'}) is a "
+                                     f"symbolic link to {os.readlink(here)!r}; refusing to write {path} "
+                                     "through it (someone pushed the link; remove it from the data repo)")
+                if not here.exists():
+                    break
+
     def _blob(self, blob: str) -> tuple[int, tuple[str, int] | None]:
         """A blob's size, and ``(oid, size)`` if it is an LFS pointer (only small blobs are read)."""
         size = int(self._g("cat-file", "-s", blob))
@@ -493,7 +531,8 @@ class _Publisher:
                 tmp.unlink(missing_ok=True)
 
     def _ensure_attributes(self) -> str:
-        """``<prefix>.gitattributes`` tracks parquet with LFS; it lives inside the prefix, so we may write it."""
+        """``<prefix>.gitattributes`` tracks parquet with LFS; it lives inside the prefix, so we may write it
+        (``_refuse_links`` has checked that it is no link). Returns its repository path."""
         rel = self.repo.prefix + ".gitattributes"
         path = self.wd / rel
         text = path.read_text() if path.is_file() else ""
@@ -524,10 +563,7 @@ class _Publisher:
         paths = [a.path for a in restored]
         attrs = self._g("check-attr", "-z", "filter", "--", *paths).split("\0")
         lfs = {attrs[i] for i in range(0, len(attrs) - 2, 3) if attrs[i + 2] == "lfs"}
-        blobs = {}
-        for rec in filter(None, self._g("ls-files", "-s", "-z", "--", *paths).split("\0")):
-            meta, path = rec.split("\t", 1)
-            blobs[path] = meta.split()[1]
+        blobs = self._blobs(None, paths)
         staged = []
         for a in restored:
             blob = blobs.get(a.path)
@@ -545,22 +581,32 @@ class _Publisher:
             if ptr is None or ptr[1] != a.size:
                 raise self._fail(f"{a.path} is LFS-tracked but was not staged as the pointer to its artifact "
                                  f"(staged {size} bytes); is git-lfs installed?")
-            staged.append(replace(a, sha256=ptr[0]))
+            staged.append(replace(a, sha256=ptr[0], lfs=True))
         return staged
 
-    def _already_landed(self, base: str, key: str) -> bool:
-        """A commit with our idempotency key whose prefix tree equals what we staged is already there."""
+    def _blobs(self, commit: str | None, paths: list[str]) -> dict[str, str]:
+        """{path: blob} of those of ``paths`` that the index (``commit`` None) or ``commit`` holds."""
+        if commit is None:  # "<mode> <blob> <stage>\t<path>"
+            out, blob_field = self._g("ls-files", "-s", "-z", "--", *paths), 1
+        else:  # "<mode> <type> <blob>\t<path>"
+            out, blob_field = self._g("ls-tree", "-z", commit, "--", *paths), 2
+        return {path: meta.split()[blob_field] for meta, path in
+                (rec.split("\t", 1) for rec in filter(None, out.split("\0")))}
+
+    def _already_landed(self, base: str, key: str, staged: list[_Artifact]) -> bool:
+        """A commit in the branch's history with our idempotency key that set our files to what we staged has
+        landed this content already, whatever happened since: others may have pushed other weeks, or changed
+        these very files after it, and committing again would revert their change. Only our files count."""
         out = self._g("log", "-n200", "-z", f"--format=%H %(trailers:key={TRAILER},valueonly,separator=%x2C)",
                       base, "--", self.repo.prefix)
         hits = [rec.split(" ", 1)[0] for rec in filter(None, out.split("\0"))
                 if rec.partition(" ")[2].strip() == key]
         if not hits:
             return False
-        prefix = self.repo.prefix.rstrip("/")
-        staged = self._g("rev-parse", f"{self._g('write-tree')}:{prefix}")
+        ours = [a.path for a in staged]
+        index = self._blobs(None, ours)
         for sha in hits:
-            done = self.git.run(["rev-parse", "--verify", "-q", f"{sha}:{prefix}"], self.wd, check=False)
-            if done.stdout.strip() == staged:
+            if self._blobs(sha, ours) == index:
                 self._info("commit %s already carries %s: %s with this content", sha[:12], TRAILER, key)
                 return True
         return False
@@ -608,7 +654,7 @@ class _Publisher:
         lines = [ln.strip() for ln in (proc.stderr + "\n" + proc.stdout).splitlines()]
         keep = [ln for ln in lines if ln and not ln.startswith(("hint:", "To ", "Done")) and ln != "remote:"]
         reason = self.redact(" | ".join(keep) or f"git push exited {proc.returncode}")
-        if _PERMANENT_REJECTION.search(reason):
+        if self._permanent(reason):
             raise self._fail(f"push to {self.where} was refused and retrying will not help: {reason}")
         raise _Retry(f"push rejected: {reason}")
 

@@ -38,7 +38,10 @@ def parse_remote(remote: str, token: str | None = None) -> Remote:
         head = remote.split("/", 1)[0]
         if ":" in head and not remote.startswith((".", "/")):
             return Remote(remote, None, token, None)
-        return Remote(remote, None, token, Path(remote).expanduser().resolve())
+        # git itself expands neither ``~`` nor a path relative to the process's directory once it runs in the
+        # clone: it gets the absolute path.
+        path = Path(remote).expanduser().resolve()
+        return Remote(str(path), None, token, path)
     parts = urlsplit(remote)
     if parts.scheme.lower() not in ("http", "https"):
         return Remote(remote, None, token, None)
