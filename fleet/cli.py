@@ -389,6 +389,7 @@ def status(week):
     from fleet.policy.status import week_status
 
     from fleet.defs.assets import checks_key
+    from fleet.publish.week import describe
     from fleet.storage import store as keys
 
     w = resolve_week(week)
@@ -401,8 +402,7 @@ def status(week):
     for name, c in failed_checks:
         click.echo(f"  {c['severity']:<5} {name:<20} {c['name']:<10} {c['message'].splitlines()[0][:140]}")
     for stage in ("raw", "processed"):
-        rec = store.read_json(w, keys.commit_key(stage))
-        click.echo(f"commit {stage:<9} " + (f"{rec['status']:<10} {rec['sha']}" if rec else "none"))
+        click.echo(f"commit {stage:<9} {describe(store.read_json(w, keys.commit_key(stage)))}")
 
 
 @main.command()

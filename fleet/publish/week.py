@@ -7,6 +7,7 @@ from fleet.publish.commit import CommitResult, DataRepo, commit_files, ensure_re
 from fleet.storage import store as keys
 from fleet.storage.store import ArtifactStore
 
+LANDED = ("committed", "up_to_date")
 STAGE_FILES = {"raw": (keys.CONSOLIDATED_KEY, "raw.parquet"), "processed": (keys.PROCESSED_KEY, "processed.parquet")}
 
 
@@ -18,6 +19,8 @@ def commit_stage(s: Settings, store: ArtifactStore, week: str, stage: str, *, ru
     artifact = store.path(week, key)
     if not artifact.exists():
         raise FleetError(f"week {week}: no stored {stage} artifact at {artifact}; run the pipeline for this week first")
+    if stage == "processed":
+        _refuse_stale_processed(store, week, artifact)
     summary = store.read_json(week, keys.CONSOLIDATED_META_KEY, {}) or {}
     included = summary.get("included", {})
     missing = summary.get("missing", {})
@@ -27,10 +30,41 @@ def commit_stage(s: Settings, store: ArtifactStore, week: str, stage: str, *, ru
     if missing:
         lines.append(f"Sources missing ({len(missing)}): " + ", ".join(
             f"{k} ({v.get('status')}{', ' + v['category'] if v.get('category') else ''})" for k, v in sorted(missing.items())))
-    repo = DataRepo.from_settings(s)
-    ensure_remote(repo)
-    result = commit_files(repo, {f"{week}/{filename}": artifact}, subject=subject, body="\n".join(lines),
-                          idempotency_key=f"{week}:{stage}", key_with_content=True, log=log)
+    before = store.read_json(week, keys.commit_key(stage)) or {}
+    landed = before.get("sha") if before.get("status") in LANDED else before.get("last_landed")
+    try:
+        repo = DataRepo.from_settings(s)
+        ensure_remote(repo)
+        result = commit_files(repo, {f"{week}/{filename}": artifact}, subject=subject, body="\n".join(lines),
+                              idempotency_key=f"{week}:{stage}", key_with_content=True, log=log)
+    except FleetError as exc:
+        # The record says what the last attempt did: `fleet status` must not go on showing an older success.
+        store.write_json(week, keys.commit_key(stage), {"status": "failed", "sha": None, "error": str(exc),
+                                                       "run_id": run_id, "last_landed": landed})
+        raise
     store.write_json(week, keys.commit_key(stage), {"status": result.status, "sha": result.sha,
                                                    "attempts": result.attempts, "run_id": run_id})
     return result
+
+
+def describe(rec: dict | None) -> str:
+    """One line for a stage's commit record: its status and commit, or why its last attempt failed."""
+    if not rec:
+        return "none"
+    if rec.get("status") in LANDED:
+        return f"{rec['status']:<10} {rec['sha']}"
+    error = (rec.get("error") or "").strip().splitlines()
+    last = f" (last landed: {rec['last_landed']})" if rec.get("last_landed") else ""
+    return f"{rec.get('status', '?'):<10} {(error[0] if error else '')[:160]}{last}"
+
+
+def _refuse_stale_processed(store: ArtifactStore, week: str, processed) -> None:
+    """The processed rows are made from the consolidated raw rows; if those were consolidated again after them
+    (post-processing was killed, or failed, after a new consolidation), committing them would commit last
+    consolidation's data under this one's message. Both are written whole and renamed into place, so their
+    modification times order them."""
+    raw = store.path(week, keys.CONSOLIDATED_KEY)
+    if raw.exists() and processed.stat().st_mtime_ns < raw.stat().st_mtime_ns:
+        raise FleetError(f"week {week}: the stored post-processed rows ({processed}) are older than its consolidated "
+                         f"raw rows; post-processing has not run since the last consolidation. Run `fleet reprocess "
+                         f"--week {week}` to make and commit them")
