@@ -5,6 +5,7 @@ import contextlib
 import datetime as dt
 import fcntl
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -24,11 +25,11 @@ def _week_option(f):
                         help="Monday (2026-11-16) or ISO week (2026-W47); default: the last complete week.")(f)
 
 
-def resolve_week(week: str | None) -> str:
+def resolve_week(week: str | None, option: str = "--week") -> str:
     try:
         return week_key(week) if week else last_complete_week(dt.date.today()).isoformat()
     except ValueError as exc:
-        raise click.BadParameter(str(exc), param_hint="--week") from None
+        raise click.BadParameter(str(exc), param_hint=option) from None
 
 
 @contextlib.contextmanager
@@ -60,6 +61,8 @@ def run_week(week: str, sources: tuple[str, ...] = (), deep: tuple[str, ...] = (
     from fleet.scraping import zygote
 
     s = settings()
+    from fleet.publish.commit import DataRepo
+    DataRepo.from_settings(s)  # a bad FLEET_DATA_BRANCH or FLEET_DATA_PREFIX is refused before the week is scraped
     # Before this process imports Dagster and creates the run (~3 s of one core here): the zygote imports what
     # warm workers need, and the workers the first wave will ask for start, one after another, on the other core.
     zygote.start(s.home / "workers")
@@ -84,6 +87,16 @@ def _prestart(s, week: str, sources: tuple[str, ...], deep: tuple[str, ...], ref
         return None
 
 
+def stored_complete(store, week: str, name: str, *, deep: bool = False) -> bool:
+    """Whether ``name``'s raw artifact for ``week`` is stored and complete, so its step reuses it and fetches
+    nothing (the rule of fleet/scraping/runner.py's run_source)."""
+    from fleet.storage import store as keys
+
+    previous = store.read_json(week, keys.outcome_key(name)) or {}
+    return (previous.get("status") in ("ok", "empty") and store.exists(week, keys.raw_key(name))
+            and (previous.get("deep", False) or not deep))
+
+
 def first_wave(s, week: str, sources: tuple[str, ...] = (), deep: tuple[str, ...] = (), refresh: bool = False) -> int:
     """How many warm workers the week's first wave will ask for, estimated before Dagster is imported: one per
     source that will scrape, at most ``FLEET_MAX_PARALLEL``. Each scraper module counts as a source; a source
@@ -97,9 +110,7 @@ def first_wave(s, week: str, sources: tuple[str, ...] = (), deep: tuple[str, ...
     store = keys.LocalArtifactStore(s.store_root)
 
     def reused(name: str) -> bool:
-        previous = store.read_json(week, keys.outcome_key(name)) or {}
-        return (not refresh and previous.get("status") in ("ok", "empty") and store.exists(week, keys.raw_key(name))
-                and (previous.get("deep", False) or name not in deep))
+        return not refresh and stored_complete(store, week, name, deep=name in deep)
 
     if sources:
         pending = sum(1 for name in set(sources) if not reused(name))
@@ -261,9 +272,28 @@ def print_status(rows, echo=click.echo) -> None:
         echo(f"{r.source:<20} {r.status:<8} {(r.category or '-'):<8} {r.rows:>6} {r.seconds:>8.1f} {r.attempts:>8}  {detail}")
 
 
-@click.group()
+class _Group(click.Group):
+    """Every command's ``FleetError`` (a bad setting, an unknown week or source) is one line on stderr and exit
+    code 2, not a traceback."""
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except FleetError as exc:
+            click.echo(f"fleet: error: {exc}", err=True)
+            sys.exit(EXIT_NOTHING)
+
+
+@click.group(cls=_Group)
 def main():
     """fleet: weekly Playwright scrapers as a Dagster asset graph, committed to a Git-LFS data repository."""
+
+
+def _check_run_options(sources: tuple[str, ...], deep: tuple[str, ...]) -> None:
+    left_out = [n for n in deep if sources and n not in sources]
+    if left_out:
+        raise click.BadParameter(f"{', '.join(left_out)} not among --source {' '.join(sources)}; its deep phase "
+                                 "would not run", param_hint="--deep")
 
 
 def _run_options(f):
@@ -274,18 +304,35 @@ def _run_options(f):
     return _week_option(f)
 
 
-def refuse_past_week(week: str, force: bool) -> None:
-    """The web cannot be fetched as it was: scraping a week before the last complete one needs --force,
-    unless its raw rows are stored (then nothing is fetched)."""
+def past_week_refusal(week: str, sources: tuple[str, ...] = (), deep: tuple[str, ...] = (),
+                      refresh: bool = False) -> str | None:
+    """Why running ``week`` must not go ahead without --force, or None. The web cannot be fetched as it was: a
+    week before the last complete one may run only where nothing would be fetched, every selected source's
+    raw rows stored and complete. A source that failed that week would otherwise be scraped now, and today's
+    web committed as that week's."""
     oldest = last_complete_week(dt.date.today())
-    if parse_week(week) >= oldest or force:
-        return
-    from fleet.defs.assets import artifact_store
+    if parse_week(week) >= oldest:
+        return None
+    from fleet.scraping.discovery import discover
     from fleet.storage import store as keys
 
-    if not artifact_store().exists(week, keys.CONSOLIDATED_KEY):
-        click.echo(f"fleet: error: week {week} is older than the last complete week ({oldest}); the web cannot be "
-                   f"fetched as it was then. Use --force to scrape it anyway.", err=True)
+    store = keys.LocalArtifactStore(settings().store_root)
+    names = list(sources) or sorted(src.name for src in discover(scraper_dirs()))
+    fetch = names if refresh else [n for n in names if not stored_complete(store, week, n, deep=n in deep)]
+    if not fetch:
+        return None
+    what = ("--refresh would scrape every source again" if refresh else
+            f"{len(fetch)} of its {len(names)} source(s) have no complete stored rows for it and would be scraped "
+            f"now: {', '.join(fetch[:10])}{', ...' if len(fetch) > 10 else ''}")
+    return (f"week {week} is older than the last complete week ({oldest}), and {what}; the web cannot be fetched "
+            f"as it was then. Use --force to scrape anyway")
+
+
+def refuse_past_week(week: str, force: bool, sources: tuple[str, ...] = (), deep: tuple[str, ...] = (),
+                     refresh: bool = False) -> None:
+    why = None if force else _exit_on_error(past_week_refusal, week, sources, deep, refresh)
+    if why:
+        click.echo(f"fleet: error: {why}", err=True)
         sys.exit(EXIT_NOTHING)
 
 
@@ -302,7 +349,8 @@ def _exit_on_error(fn, *args, **kwargs):
 def run(week, sources, deep, refresh, force):
     """Run the weekly pipeline for one week."""
     w = resolve_week(week)
-    refuse_past_week(w, force)
+    _check_run_options(sources, deep)
+    refuse_past_week(w, force, sources, deep, refresh)
     sys.exit(_exit_on_error(run_week, w, sources, deep, refresh))
 
 
@@ -313,7 +361,8 @@ def demo(week, sources, deep, refresh, force):
     from fleet.demo.sites import DemoSites
 
     w = resolve_week(week)
-    refuse_past_week(w, force)
+    _check_run_options(sources, deep)
+    refuse_past_week(w, force, sources, deep, refresh)
     with DemoSites() as sites:
         os.environ["FLEET_DEMO_URL"] = sites.url
         click.echo(f"fleet: demo sites at {sites.url}")
@@ -326,22 +375,18 @@ def demo(week, sources, deep, refresh, force):
 @click.option("--to", "end", required=True, help="Last week, inclusive.")
 @click.option("--force", is_flag=True, help="Allow scraping weeks older than the last complete week.")
 def backfill(start, end, force):
-    """Re-run weeks. Where a week's raw rows are stored, everything runs from them without the network."""
-    from fleet.defs.assets import artifact_store
-    from fleet.storage import store as keys
-
-    first, last = parse_week(start), parse_week(end)
+    """Re-run weeks. A week older than the last complete one runs only from its stored raw rows, without the
+    network, unless --force."""
+    first, last = resolve_week(start, "--from"), resolve_week(end, "--to")
     if last < first:
         raise click.BadParameter("--to is before --from")
-    oldest_scrapable = last_complete_week(dt.date.today())
     worst = EXIT_OK
-    week = first
-    while week <= last:
+    week = parse_week(first)
+    while week <= parse_week(last):
         w = week.isoformat()
-        stored = artifact_store().exists(w, keys.CONSOLIDATED_KEY)
-        if week < oldest_scrapable and not stored and not force:
-            click.echo(f"fleet: week {w} is older than the last complete week ({oldest_scrapable}) and has no stored raw "
-                       f"rows; the web cannot be fetched as it was then. Use --force to scrape it anyway.", err=True)
+        why = None if force else _exit_on_error(past_week_refusal, w)
+        if why:
+            click.echo(f"fleet: {why}", err=True)
             worst = max(worst, EXIT_NOTHING)
         else:
             worst = max(worst, _exit_on_error(run_week, w))
@@ -363,6 +408,9 @@ def history(source):
     from fleet.defs.assets import artifact_store
     from fleet.storage import store as keys
 
+    if not re.fullmatch(r"[a-z][a-z0-9_]*", source):
+        raise click.BadParameter(f"{source!r} is not a source name (lowercase letters, digits and _)",
+                                 param_hint="SOURCE")
     store = artifact_store()
     click.echo(f"{'week':<11} {'status':<8} {'category':<8} {'rows':>6} {'seconds':>8}  detail")
     found = False
@@ -433,7 +481,10 @@ def ui(port, demo):
 
     from fleet.defs.instance import ensure_home
 
-    ensure_home(settings())
+    s = settings()
+    ensure_home(s)
+    # `dagster dev` runs in the checkout; its code server and runs must use this home, as this process does
+    os.environ["FLEET_HOME"] = str(s.home)
     use_demo = demo if demo is not None else not os.environ.get("FLEET_SCRAPERS_DIR")
     stack = contextlib.ExitStack()
     if use_demo:

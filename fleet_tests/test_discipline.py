@@ -71,3 +71,74 @@ def test_reprocess_and_past_weeks(fleet_env):
     assert rerun.returncode == 0, rerun.stderr[-2000:]
     assert "reusing the stored artifact" in rerun.stdout + rerun.stderr
     assert len(log(fleet_env.remote)) == n
+
+
+def test_a_past_week_with_a_failed_source_is_not_scraped_now_without_force(fleet_env):
+    """A past week whose raw rows are stored for some sources only: running it again would scrape the others
+    from today's web and commit that as the old week. Refused without --force, naming them; the stored sources
+    alone still run, from their artifacts."""
+    d = fleet_env.tmp / "with_a_bug"
+    d.mkdir()
+    for name in ("steady.py", "raises.py"):
+        (d / name).write_text((STEADY_DIR / name).read_text())
+    counters = fleet_env.tmp / "counters"
+    counters.mkdir()
+    env = {**fleet_env.env, "FLEET_SCRAPERS_DIR": str(d), "FLEET_TEST_COUNTER_DIR": str(counters)}
+    first = run_fleet(env, "run", "--week", WEEK, "--force")
+    assert first.returncode == 1, first.stdout[-2000:] + first.stderr[-2000:]  # partial: raises failed
+    commits, scraped = log(fleet_env.remote), {p.name: p.read_text() for p in counters.iterdir()}
+
+    refused = run_fleet(env, "run", "--week", WEEK)
+    assert refused.returncode == 2
+    assert "1 of its 2 source(s) have no complete stored rows for it and would be scraped now: raises" in refused.stderr
+    assert "--force" in refused.stderr
+    assert run_fleet(env, "run", "--week", WEEK, "--refresh").returncode == 2
+    backfill = run_fleet(env, "backfill", "--from", WEEK, "--to", WEEK)
+    assert backfill.returncode == 2 and "would be scraped now: raises" in backfill.stderr
+
+    stored = run_fleet(env, "run", "--week", WEEK, "--source", "steady")
+    assert stored.returncode == 0, stored.stdout[-2000:] + stored.stderr[-2000:]
+    assert "reusing the stored artifact" in stored.stdout + stored.stderr
+    assert {p.name: p.read_text() for p in counters.iterdir()} == scraped  # nothing was scraped
+    assert log(fleet_env.remote) == commits
+
+
+def test_bad_command_lines_are_one_clear_line(fleet_env):
+    deep = run_fleet(fleet_env.env, "run", "--week", WEEK, "--source", "books", "--deep", "shops")
+    assert deep.returncode == 2 and "shops not among --source books" in deep.stderr
+    hostile = run_fleet(fleet_env.env, "history", "../../../../etc/passwd")
+    assert hostile.returncode == 2 and "is not a source name" in hostile.stderr and "Traceback" not in hostile.stderr
+    bad = run_fleet({**fleet_env.env, "FLEET_CRASH_RERUNS": "two"}, "status", "--week", WEEK)
+    assert bad.returncode == 2 and "FLEET_CRASH_RERUNS" in bad.stderr and "Traceback" not in bad.stderr
+    branch = run_fleet({**fleet_env.env, "FLEET_DATA_BRANCH": "a..b"}, "run", "--week", WEEK, "--force")
+    assert branch.returncode == 2 and "not a usable branch name: 'a..b'" in branch.stderr
+    assert "scraping week" not in branch.stdout  # refused before anything ran
+    since = run_fleet(fleet_env.env, "backfill", "--from", "2026-W99", "--to", WEEK)
+    assert since.returncode == 2 and "--from" in since.stderr
+
+
+def test_fleet_ui_hands_its_home_to_the_dagster_it_starts(fleet_env, tmp_path, monkeypatch):
+    """`fleet ui` run from any directory: the `dagster dev` it starts (in the checkout) and its code server must
+    use the same FLEET_HOME as the Dagster instance it set up, not the checkout's `.fleet`."""
+    from click.testing import CliRunner
+
+    import fleet.cli as cli
+
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    seen = {}
+
+    def call(cmd, cwd=None):
+        seen.update(cmd=cmd, cwd=cwd, home=os.environ.get("FLEET_HOME"), dagster=os.environ.get("DAGSTER_HOME"))
+        return 0
+
+    monkeypatch.chdir(elsewhere)
+    for var in ("FLEET_HOME", "DAGSTER_HOME"):  # set first, so that what the command sets is undone afterwards
+        monkeypatch.setenv(var, "")
+        monkeypatch.delenv(var)
+    monkeypatch.setattr(subprocess, "call", call)
+    res = CliRunner().invoke(cli.main, ["ui", "--no-demo"])
+    assert res.exit_code == 0, res.output
+    assert seen["home"] == str(elsewhere / ".fleet")
+    assert seen["dagster"].startswith(str(elsewhere / ".fleet"))
+    assert "dev" in seen["cmd"]
