@@ -21,6 +21,10 @@ NAME_RE = re.compile(r"^[a-z][a-z0-9_]*$")
 class Scraper:
     """Base class of a source. Subclass it in a module under ``scrapers/``.
 
+    A subclass is a source when it sets ``name`` in its own class body. One that does not (it may inherit
+    one), or that sets ``abstract = True`` in its own body, is a base class for sources: it is never run or
+    validated as a source itself, and ``abstract`` is not inherited by its subclasses.
+
     Class attributes:
       name       slug ``[a-z][a-z0-9_]*``; the asset is ``raw/<name>``
       schema     column name -> polars dtype
@@ -29,6 +33,7 @@ class Scraper:
       own_browser  launch a Chromium of its own instead of a context in the shared one (see fleet/scraping/browser.py)
       own_process  run each attempt in a new worker process instead of a warm one that other sources used
                    before (see fleet/scraping/pool.py): for a scraper that changes process-wide state
+      abstract   True: a base class, not a source (read from the class's own body only)
     The class docstring becomes the asset's description in the UI.
     """
 
@@ -38,6 +43,7 @@ class Scraper:
     timeout_s: ClassVar[float] = 600
     own_browser: ClassVar[bool] = False
     own_process: ClassVar[bool] = False
+    abstract: ClassVar[bool] = False
     # Volume check thresholds (#8), overridable per scraper.
     volume_warn_ratio: ClassVar[float] = 0.5
     volume_error_ratio: ClassVar[float] = 0.1

@@ -4,7 +4,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import importlib.util
-import inspect
+import itertools
 import re
 import sys
 from pathlib import Path
@@ -68,22 +68,111 @@ def load_module(path: Path):
 
 
 def slug_for_module(path: Path) -> str:
-    s = re.sub(r"[^a-z0-9_]", "_", path.stem.lower())
+    return _slug(path.stem)
+
+
+def _slug(text: str) -> str:
+    s = re.sub(r"[^a-z0-9_]", "_", text.lower())
     if not s or not s[0].isalpha():
         s = "m_" + s
     return s
 
 
-def _broken(path: Path, error: str) -> Source:
-    return Source(name=slug_for_module(path), module_path=path, class_name=None,
-                  description=f"Broken scraper module {path.name}: {error.splitlines()[-1] if error else ''}",
-                  schema=None, key=(), timeout_s=60, error=error)
+@dataclasses.dataclass
+class _Placeholder:
+    """A broken module or class, before it has a name: it fails as a source when run, with its own error."""
+
+    path: Path
+    error: str
+    class_name: str | None = None  # None: the whole module is broken
+
+    def sort_key(self) -> tuple[str, str]:
+        return str(self.path), self.class_name or ""
+
+    def names(self):
+        """Names to try, best first: the module's (as README promises), then with the class, then with a digest."""
+        base = slug_for_module(self.path)
+        yield base
+        if self.class_name:
+            base = f"{base}_{_slug(self.class_name)}"
+            yield base
+        digest = hashlib.sha1(f"{self.path.resolve()}:{self.class_name or ''}".encode()).hexdigest()
+        for n in range(6, len(digest) + 1):
+            yield f"{base}_{digest[:n]}"
+        for n in itertools.count(2):
+            yield f"{base}_{digest}_{n}"
+
+    def source(self, name: str) -> Source:
+        return Source(name=name, module_path=self.path, class_name=None,
+                      description=f"Broken scraper module {self.path.name}: {self.error.splitlines()[-1]}",
+                      schema=None, key=(), timeout_s=60, error=self.error)
+
+
+def _own_classes(module) -> list[tuple[str, type]]:
+    """The ``Scraper`` subclasses defined in ``module`` itself (not imported into it), each once, with the
+    attribute it is found under (its own ``__name__`` when that attribute holds it)."""
+    found: dict[int, tuple[str, type]] = {}
+    for attr, obj in sorted(vars(module).items()):  # vars(): a module's own __getattr__/__dir__ play no part
+        if (isinstance(obj, type) and obj is not Scraper and issubclass(obj, Scraper)
+                and obj.__module__ == module.__name__):
+            if id(obj) not in found or attr == obj.__name__:
+                found[id(obj)] = (attr, obj)
+    return sorted(found.values(), key=lambda item: item[0])
+
+
+def _is_base(cls: type) -> bool:
+    """A base class, not a source: marked ``abstract = True`` in its own body, or without a ``name`` of its own."""
+    own = vars(cls)
+    if "abstract" in own and not isinstance(own["abstract"], bool):
+        raise ScraperDefinitionError(f"scraper class {cls.__name__}: abstract must be True or False, "
+                                     f"got {own['abstract']!r}")
+    return own.get("abstract", False) or "name" not in own
+
+
+def _scan(path: Path, module, sources: list[Source], broken: list[_Placeholder]) -> None:
+    """Add the sources of one imported module, or what is wrong with them."""
+    try:
+        classes = _own_classes(module)
+    except Exception as exc:  # a hostile metaclass: the module is broken, discovery goes on
+        broken.append(_Placeholder(path, f"scraper module {path.name}: {type(exc).__name__}: {exc}"))
+        return
+    bases, candidates = [], 0
+    for attr, cls in classes:
+        try:
+            if _is_base(cls):
+                bases.append(cls)
+                continue
+            candidates += 1
+            cls.validate_class()
+            src = Source(name=cls.name, module_path=path, class_name=attr, description=cls.description(),
+                         schema=dict(cls.schema), key=tuple(cls.key), timeout_s=float(cls.timeout_s),
+                         own_browser=cls.own_browser, own_process=cls.own_process)
+        except ScraperDefinitionError as exc:
+            broken.append(_Placeholder(path, f"scraper module {path.name}: {exc}", attr))
+        except Exception as exc:  # anything a class can raise when its attributes are read
+            broken.append(_Placeholder(path, f"scraper module {path.name}: scraper class {attr}: "
+                                             f"{type(exc).__name__}: {exc}", attr))
+        else:
+            sources.append(src)
+    unnamed = [cls.__name__ for cls in bases if not vars(cls).get("abstract", False)]
+    if not candidates and unnamed:
+        # Scraper classes and no source: a forgotten name, not a module of base classes.
+        broken.append(_Placeholder(path, (
+            f"scraper module {path.name} defines no source: {', '.join(unnamed)} "
+            f"{'sets' if len(unnamed) == 1 else 'set'} no name of its own. A source's name must be a slug "
+            f"matching [a-z][a-z0-9_]*, set in its class; mark a base class with abstract = True")))
 
 
 def discover(dirs: list[Path]) -> list[Source]:
-    """Every source in ``dirs`` (non-recursive), sorted by name. Never raises for a bad module."""
-    candidates: list[Source] = []
-    add = candidates.append
+    """Every source in ``dirs`` (non-recursive), sorted by name. Never raises for a bad module.
+
+    A class is a source when it sets ``name`` in its own body and is not marked ``abstract = True``; other
+    ``Scraper`` subclasses are base classes. A broken module or class becomes a failing source with its own
+    error, named after its module file unless a healthy source (or an earlier broken one) has that name: then
+    the class name and a digest of the path are added. A healthy source keeps its name whatever else is broken.
+    Two healthy classes with one ``name`` both fail, each under its module's name."""
+    found: list[Source] = []
+    broken: list[_Placeholder] = []
 
     for d in dirs:
         if not d.is_dir():
@@ -94,36 +183,26 @@ def discover(dirs: list[Path]) -> list[Source]:
             try:
                 module = load_module(path)
             except BaseException as exc:  # SyntaxError, ImportError, anything a module can raise on import
-                if isinstance(exc, (KeyboardInterrupt, SystemExit)) and not isinstance(exc, SystemExit):
+                if isinstance(exc, KeyboardInterrupt):
                     raise
                 detail = f"{type(exc).__name__}: {exc}"
-                add(_broken(path, f"scraper module {path.name} failed to import: {detail}"))
+                broken.append(_Placeholder(path, f"scraper module {path.name} failed to import: {detail}"))
                 continue
-            found = [obj for _, obj in inspect.getmembers(module, inspect.isclass)
-                     if issubclass(obj, Scraper) and obj is not Scraper and obj.__module__ == module.__name__]
-            if not found:
-                continue
-            for cls in found:
-                try:
-                    cls.validate_class()
-                except ScraperDefinitionError as exc:
-                    add(_broken(path, f"scraper module {path.name}: {exc}"))
-                    continue
-                add(Source(name=cls.name, module_path=path, class_name=cls.__name__, description=cls.description(),
-                           schema=dict(cls.schema), key=tuple(cls.key), timeout_s=float(cls.timeout_s),
-                           own_browser=cls.own_browser, own_process=cls.own_process))
+            _scan(path, module, found, broken)
+
     by_name: dict[str, list[Source]] = {}
-    for src in candidates:
+    for src in found:
         by_name.setdefault(src.name, []).append(src)
     sources: dict[str, Source] = {}
     for name, group in by_name.items():
-        if len(group) > 1:
-            # Ambiguous: none of them runs, each fails under its module's name, saying where the twin is.
-            where = ", ".join(str(g.module_path) for g in group)
-            group = [_broken(g.module_path, f"scraper name {name!r} is defined more than once ({where}); "
-                                            f"scraper names must be unique") for g in group]
-        for src in group:
-            if src.name in sources:
-                src = dataclasses.replace(src, name=f"{src.name}_{hashlib.sha1(str(src.module_path).encode()).hexdigest()[:6]}")
-            sources[src.name] = src
+        if len(group) == 1:
+            sources[name] = group[0]
+            continue
+        # Ambiguous: none of them runs, each fails under its module's name, saying where the twin is.
+        where = ", ".join(str(g.module_path) for g in group)
+        broken += [_Placeholder(g.module_path, f"scraper name {name!r} is defined more than once ({where}); "
+                                               f"scraper names must be unique", g.class_name) for g in group]
+    for p in sorted(broken, key=_Placeholder.sort_key):
+        name = next(n for n in p.names() if n not in sources)
+        sources[name] = p.source(name)
     return [sources[k] for k in sorted(sources)]
