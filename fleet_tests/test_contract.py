@@ -1,6 +1,7 @@
 """Unit tests of the scraper contract: weeks, row validation, dedup, discovery, retry classification."""
 import asyncio
 import datetime as dt
+import re
 import textwrap
 
 import polars as pl
@@ -8,6 +9,7 @@ import pytest
 
 from fleet import BadRowError, NavigationError, RetryPolicy, retry_async
 from fleet.scraping.discovery import discover
+from fleet.scraping.contract import check_seconds
 from fleet.scraping.retry import is_transient
 from fleet.storage.frames import build_frame, validate_row
 from fleet.weeks import iso_label, last_complete_week, parse_week, week_key
@@ -112,3 +114,46 @@ def test_retry_only_transient_with_growing_waits():
         asyncio.run(retry_async(missing, policy=policy))
     assert len(calls) == 1  # a 404 is never retried
     assert is_transient(ConnectionRefusedError()) and not is_transient(ValueError("bug"))
+
+
+@pytest.mark.parametrize("setting, value", [
+    ("attempts", 0), ("attempts", -1), ("attempts", 2.5), ("attempts", True), ("attempts", "3"),
+    ("base_wait_s", -0.5), ("max_wait_s", -1), ("jitter", -0.1), ("base_wait_s", float("nan")),
+    ("max_wait_s", float("inf")), ("jitter", "0.2"),
+])
+def test_a_bad_retry_setting_is_an_error_naming_it(setting, value):
+    with pytest.raises(ValueError, match=rf"retry policy: {setting}\b.* got {re.escape(repr(value))}"):
+        RetryPolicy(**{setting: value})
+
+
+def test_a_wait_far_down_a_long_retry_is_the_cap():
+    assert RetryPolicy(attempts=2000, base_wait_s=0.5, max_wait_s=10, jitter=0).wait(1500) == 10  # was OverflowError
+
+
+def test_a_bad_retry_attempts_in_the_run_config_fails_the_source_naming_both(tmp_path):
+    """RawConfig.retry_attempts reaches the worker as spec["retry"]; 0 used to end in AssertionError('unreachable')
+    at the first transient error of ctx.goto."""
+    from fleet.scraping import worker
+
+    (tmp_path / "one.py").write_text(GOOD.format(name="one"))
+    spec = {"source": "one", "module_path": str(tmp_path / "one.py"), "class_name": "Good", "timeout_s": 30,
+            "work_dir": str(tmp_path), "evidence_dir": str(tmp_path / "evidence"), "spool_path": str(tmp_path / "rows"),
+            "ready_path": str(tmp_path / "ready"), "week": "2026-11-16", "run_id": "r", "deep": False,
+            "retry": {"attempts": 0}}
+    with pytest.raises(ValueError) as raised:
+        asyncio.run(worker.scrape(None, spec))  # fails before it asks the browser for anything
+    result = worker.failure_result(spec, raised.value)
+    assert result["status"] == "failed" and result["category"] == "source"
+    assert result["error"] == ("source one: ValueError: retry policy: attempts (retry_attempts) must be a whole "
+                               "number >= 1, got 0")
+
+
+@pytest.mark.parametrize("timeout", [0, -5, float("nan"), float("inf"), True, "60", None])
+def test_a_bad_timeout_s_is_a_broken_source_naming_it(tmp_path, timeout):
+    (tmp_path / "slow.py").write_text(GOOD.format(name="slow") + f"    timeout_s = {timeout!r}\n"
+                                      .replace("nan", 'float("nan")').replace("inf", 'float("inf")'))
+    (source,) = discover([tmp_path])
+    assert source.broken
+    assert (f"scraper 'slow': timeout_s must be a positive, finite number of seconds, got {timeout!r}"
+            in source.error)
+    assert check_seconds("slow", "timeout_s", 2) == 2.0

@@ -4,6 +4,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import logging
+import math
 import os
 import re
 import time
@@ -81,9 +82,7 @@ class Scraper:
         missing = [k for k in key if k not in schema]
         if missing:
             raise ScraperDefinitionError(f"scraper {name!r}: key columns {missing} are not in the schema")
-        timeout = getattr(cls, "timeout_s", None)
-        if not isinstance(timeout, (int, float)) or timeout <= 0:
-            raise ScraperDefinitionError(f"scraper {name!r}: timeout_s must be a positive number, got {timeout!r}")
+        check_seconds(name, "timeout_s", getattr(cls, "timeout_s", None))
         for flag in ("own_browser", "own_process"):
             if not isinstance(getattr(cls, flag, False), bool):
                 raise ScraperDefinitionError(f"scraper {name!r}: {flag} must be True or False, got {getattr(cls, flag)!r}")
@@ -97,6 +96,15 @@ class Scraper:
         import inspect
 
         return inspect.getdoc(cls) or f"Raw rows of source {cls.name}."
+
+
+def check_seconds(source: str, setting: str, value: Any) -> float:
+    """``value`` as a positive, finite number of seconds, or ``ScraperDefinitionError`` naming the source and the
+    setting. A hard limit of NaN or infinity would never fire, and one of 0 or less would fire at once."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < math.inf:
+        raise ScraperDefinitionError(f"scraper {source!r}: {setting} must be a positive, finite number of seconds, "
+                                     f"got {value!r}")
+    return float(value)
 
 
 class _SourceAdapter(logging.LoggerAdapter):

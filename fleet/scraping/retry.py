@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import itertools
+import math
 import random
 import time
 from typing import Awaitable, Callable, TypeVar
@@ -14,14 +16,26 @@ TRANSIENT_STATUS = frozenset({429, 502, 503, 504})
 
 @dataclasses.dataclass(frozen=True)
 class RetryPolicy:
-    attempts: int = 3
+    """``attempts`` calls in all (at least 1: no retry); waits of ``base_wait_s`` * 2**(n-1), at most ``max_wait_s``,
+    plus up to ``jitter`` of each at random. A bad setting is a ``ValueError`` naming it."""
+
+    attempts: int = 3  # the run config's retry_attempts
     base_wait_s: float = 0.5
     max_wait_s: float = 10.0
     jitter: float = 0.25  # fraction of the wait added at random
 
+    def __post_init__(self):
+        if isinstance(self.attempts, bool) or not isinstance(self.attempts, int) or self.attempts < 1:
+            raise ValueError(f"retry policy: attempts (retry_attempts) must be a whole number >= 1, "
+                             f"got {self.attempts!r}")
+        for setting in ("base_wait_s", "max_wait_s", "jitter"):
+            value = getattr(self, setting)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < math.inf:
+                raise ValueError(f"retry policy: {setting} must be a finite number >= 0, got {value!r}")
+
     def wait(self, attempt: int) -> float:
         """Wait before retry number ``attempt`` (1-based): base * 2**(attempt-1), capped, plus jitter."""
-        w = min(self.max_wait_s, self.base_wait_s * (2 ** (attempt - 1)))
+        w = min(self.max_wait_s, self.base_wait_s * (2 ** min(attempt - 1, 64)))  # 2**1024 would not be a float
         return w + random.uniform(0, w * self.jitter)
 
 
@@ -54,7 +68,7 @@ async def retry_async(fn: Callable[[], Awaitable[T]], *, policy: RetryPolicy | N
                       what: str = "call", transient: Callable[[BaseException], bool] = is_transient) -> T:
     """Await ``fn()``; on a transient error retry up to ``policy.attempts`` in all. Anything else raises at once."""
     policy = policy or RetryPolicy()
-    for attempt in range(1, policy.attempts + 1):
+    for attempt in itertools.count(1):  # ends: _retry_wait is None from attempt policy.attempts (>= 1) on
         try:
             return await fn()
         except Exception as exc:
@@ -62,14 +76,13 @@ async def retry_async(fn: Callable[[], Awaitable[T]], *, policy: RetryPolicy | N
             if wait is None:
                 raise
             await asyncio.sleep(wait)
-    raise AssertionError("unreachable")
 
 
 def retry_sync(fn: Callable[[], T], *, policy: RetryPolicy | None = None, log=None, what: str = "call",
                transient: Callable[[BaseException], bool] = is_transient) -> T:
     """The blocking twin of :func:`retry_async`."""
     policy = policy or RetryPolicy()
-    for attempt in range(1, policy.attempts + 1):
+    for attempt in itertools.count(1):
         try:
             return fn()
         except Exception as exc:
@@ -77,4 +90,3 @@ def retry_sync(fn: Callable[[], T], *, policy: RetryPolicy | None = None, log=No
             if wait is None:
                 raise
             time.sleep(wait)
-    raise AssertionError("unreachable")
