@@ -7,8 +7,9 @@ import textwrap
 import polars as pl
 import pytest
 
-from fleet import BadRowError, NavigationError, RetryPolicy, retry_async
+from fleet import BadRowError, NavigationError, RetryPolicy, retry_async, retry_sync
 from fleet.scraping.discovery import discover
+from fleet.scraping import retry as retry_module
 from fleet.scraping.contract import check_seconds
 from fleet.scraping.retry import is_transient
 from fleet.storage.frames import build_frame, validate_row
@@ -91,28 +92,98 @@ def test_discovery_isolates_broken_modules_and_ignores_imported_bases(tmp_path):
     assert "got 'Bad Name'" in sources["bad_name_"].error
 
 
-def test_retry_only_transient_with_growing_waits():
-    calls = []
+class _Sleeps:
+    """Stands for asyncio.sleep / time.sleep in fleet.scraping.retry: records each wait, waits for nothing."""
 
-    async def flaky():
+    def __init__(self):
+        self.waits = []
+
+    def sync(self, seconds):
+        self.waits.append(seconds)
+
+    async def async_(self, seconds):
+        self.waits.append(seconds)
+
+
+@pytest.fixture
+def sleeps(monkeypatch):
+    rec = _Sleeps()
+    monkeypatch.setattr(retry_module.asyncio, "sleep", rec.async_)
+    monkeypatch.setattr(retry_module.time, "sleep", rec.sync)
+    return rec
+
+
+def _always(error, calls: list, limit: int = 20):
+    """A call that always raises ``error``, for sync and async retry. Past ``limit`` calls it raises something
+    else, so that unbounded retrying ends, and fails the test, instead of hanging it."""
+    def once():
+        calls.append(1)
+        if len(calls) > limit:
+            raise RuntimeError(f"retried {len(calls)} times: the retry is unbounded")
+        raise error()
+
+    async def once_async():
+        return once()
+    return once, once_async
+
+
+def _run(kind, fn, policy):
+    sync, async_ = fn
+    return retry_sync(sync, policy=policy) if kind == "sync" else asyncio.run(retry_async(async_, policy=policy))
+
+
+def _transient():
+    return NavigationError("503", url="u", status=503, transient=True)
+
+
+@pytest.mark.parametrize("kind", ["sync", "async"])
+@pytest.mark.parametrize("attempts", [1, 2, 5])
+def test_an_always_transient_error_is_raised_after_exactly_attempts_calls_with_growing_waits(kind, attempts, sleeps):
+    calls = []
+    policy = RetryPolicy(attempts=attempts, base_wait_s=0.5, max_wait_s=100, jitter=0)
+    with pytest.raises(NavigationError, match="503"):
+        _run(kind, _always(_transient, calls), policy)
+    assert len(calls) == attempts
+    assert sleeps.waits == [0.5, 1.0, 2.0, 4.0][:attempts - 1]  # a wait between calls, none after the last
+
+
+@pytest.mark.parametrize("kind", ["sync", "async"])
+def test_retry_waits_are_capped_and_jittered_upwards_only(kind, sleeps):
+    calls = []
+    with pytest.raises(NavigationError):
+        _run(kind, _always(_transient, calls), RetryPolicy(attempts=4, base_wait_s=1, max_wait_s=3, jitter=0))
+    assert sleeps.waits == [1, 2, 3]
+    sleeps.waits.clear()
+    calls.clear()
+    with pytest.raises(NavigationError):
+        _run(kind, _always(_transient, calls), RetryPolicy(attempts=4, base_wait_s=1, max_wait_s=100, jitter=0.25))
+    assert len(sleeps.waits) == 3
+    for wait, base in zip(sleeps.waits, (1, 2, 4)):
+        assert base <= wait <= base * 1.25
+    assert sleeps.waits == sorted(sleeps.waits)
+
+
+@pytest.mark.parametrize("kind", ["sync", "async"])
+def test_a_non_transient_error_is_raised_at_once_and_a_recovery_is_returned(kind, sleeps):
+    calls = []
+    policy = RetryPolicy(attempts=5, base_wait_s=0.5, jitter=0)
+    for error in (lambda: NavigationError("404", url="u", status=404), lambda: ValueError("bug")):
+        calls.clear()
+        with pytest.raises((NavigationError, ValueError)):
+            _run(kind, _always(error, calls), policy)
+        assert len(calls) == 1 and sleeps.waits == []  # never retried, never waited
+
+    def flaky():
         calls.append(1)
         if len(calls) < 3:
-            raise NavigationError("503", url="u", status=503, transient=True)
+            raise _transient()
         return "ok"
 
-    policy = RetryPolicy(attempts=3, base_wait_s=0.01, jitter=0)
-    assert asyncio.run(retry_async(flaky, policy=policy)) == "ok" and len(calls) == 3
-    assert policy.wait(1) < policy.wait(2) < policy.wait(3)
-
+    async def flaky_async():
+        return flaky()
     calls.clear()
-
-    async def missing():
-        calls.append(1)
-        raise NavigationError("404", url="u", status=404)
-
-    with pytest.raises(NavigationError):
-        asyncio.run(retry_async(missing, policy=policy))
-    assert len(calls) == 1  # a 404 is never retried
+    assert _run(kind, (flaky, flaky_async), policy) == "ok"
+    assert len(calls) == 3 and sleeps.waits == [0.5, 1.0]
     assert is_transient(ConnectionRefusedError()) and not is_transient(ValueError("bug"))
 
 
