@@ -279,10 +279,14 @@ def run_source(source: Source, week: str, *, store: ArtifactStore, run_id: str, 
 
     result_path = Path(spec["result_path"])
     result = json.loads(result_path.read_text()) if result_path.exists() else None
-    if timed_out or (result and result.get("status") == "timeout"):
+    if timed_out:
         result = {**(result or {}), "status": "timeout", "category": "source",
                   "error": f"source {source.name}: timed out after {seconds:.1f}s (limit {timeout:g}s); "
                            f"its worker and browser were killed"}
+    elif result and result.get("status") == "timeout":  # the worker stopped the scraper itself, before the limit
+        result = {**result, "category": "source",
+                  "error": f"source {source.name}: timed out at fleet's soft deadline after {seconds:.1f}s "
+                           f"(limit {timeout:g}s, less a grace to save evidence); its worker stopped it"}
     elif startup_failed:
         result = {"status": "failed", "category": "infra",
                   "error": f"source {source.name}: the browser did not start within {STARTUP_LIMIT_S:g}s"}

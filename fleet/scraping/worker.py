@@ -167,7 +167,7 @@ async def scrape(browser, spec: dict) -> dict:
         try:
             await _until_gone(consume(), gone, timeout=max(0.1, spec["timeout_s"] - grace))
             result = {"status": "ok" if count else "empty", "category": None}
-        except asyncio.TimeoutError:
+        except SoftDeadline:  # fleet's own deadline; a TimeoutError the scraper raised is its error, below
             log.warning("[run %s] [%s] soft deadline reached; saving evidence before the hard limit", spec["run_id"], source.name)
             result = {"status": "timeout", "category": "source",
                       "error": f"source {source.name}: timed out after {spec['timeout_s']:g}s (timeout_s)"}
@@ -201,9 +201,14 @@ class BrowserGone(Exception):
     pass
 
 
+class SoftDeadline(Exception):
+    """fleet's soft deadline stopped the scraper. Its own class: since Python 3.11 ``asyncio.TimeoutError`` is the
+    builtin ``TimeoutError``, which a scraper's own expired ``asyncio.wait_for`` (or any library) raises too."""
+
+
 async def _until_gone(work, gone: asyncio.Event, timeout: float):
     """Await ``work``; stop it at once if the browser dies (it would otherwise sit until its timeout, for a page
-    that will never answer), or at ``timeout`` (asyncio.TimeoutError)."""
+    that will never answer), or at ``timeout`` (``SoftDeadline``). An exception of ``work`` propagates as it is."""
     task = asyncio.ensure_future(work)
     watcher = asyncio.ensure_future(gone.wait())
     try:
@@ -217,7 +222,7 @@ async def _until_gone(work, gone: asyncio.Event, timeout: float):
         await asyncio.wait_for(task, 2)
     if watcher in done:
         raise BrowserGone("Browser closed: the browser or this page's renderer crashed")
-    raise asyncio.TimeoutError()
+    raise SoftDeadline()
 
 
 def failure_result(spec: dict, exc: BaseException) -> dict:
