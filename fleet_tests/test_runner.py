@@ -89,3 +89,77 @@ def test_fleets_soft_deadline_stops_an_async_hang_and_keeps_its_rows(home, tmp_p
     assert (out.status, out.category, out.rows) == ("partial", "source", 1), out
     assert "soft deadline" in out.error and "killed" not in out.error, out.error  # it stopped itself in time
     assert out.seconds < 4 + 1, out
+
+
+def test_a_scraper_that_closes_its_own_page_is_a_source_error_not_a_browser_crash(home, tmp_path):
+    """It gets Playwright's "Target page, context or browser has been closed", as a crash would; its browser is
+    still connected, so it is the scraper's bug: failed, source, and never re-executed as infra."""
+    src = scraper(tmp_path, "closes_page", """
+        await page.set_content("<p>x</p>")
+        await page.close()
+        await page.set_content("<p>y</p>")
+        yield {"id": 1}
+    """)
+    out, _ = run(home, src)
+    assert (out.status, out.category) == ("failed", "source"), out
+    assert "TargetClosedError" in out.error and "the browser crashed" not in out.error, out.error
+
+
+def test_a_browser_that_dies_mid_scrape_is_infra(home, tmp_path):
+    """The scraper SIGKILLs its own worker's Chromium and then uses its page: the same error text as above, but the
+    browser disconnected, so it is infra (re-executed)."""
+    src = scraper(tmp_path, "kills_chromium", """
+        from fleet.scraping.procs import descendants
+        await page.set_content("<p>x</p>")
+        for pid in descendants(os.getpid()):
+            with open(f"/proc/{pid}/cmdline", "rb") as fh:
+                cmd = fh.read()
+            if b"chrom" in cmd and b"--type=" not in cmd:
+                os.kill(pid, 9)
+        await page.set_content("<p>y</p>")
+        yield {"id": 1}
+    """)
+    out, _ = run(home, src)
+    assert (out.status, out.category) == ("failed", "infra"), out
+    assert "the browser crashed" in out.error, out.error
+
+
+def test_a_browser_dead_before_the_context_opens_is_infra(tmp_path):
+    """A warm worker's browser dies between two sources: the next source cannot get a context. No scraper code
+    ran; that is infra, whatever the error's text (it was classified source)."""
+    import asyncio
+
+    from playwright.async_api import async_playwright
+
+    from fleet.config import chromium_path
+    from fleet.scraping import worker
+    from fleet.scraping.procs import descendants
+
+    src = scraper(tmp_path, "never_runs", 'yield {"id": 1}')
+    work = tmp_path / "work"
+    work.mkdir()
+    spec = {"source": src.name, "module_path": str(src.module_path), "class_name": src.class_name, "week": WEEK,
+            "run_id": "test", "deep": False, "timeout_s": 10, "work_dir": str(work),
+            "evidence_dir": str(tmp_path / "evidence"), "spool_path": str(work / "rows.jsonl"),
+            "ready_path": str(work / "ready"), "result_path": str(work / "result.json")}
+
+    async def go():
+        async with async_playwright() as pw:
+            b = await pw.chromium.launch(executable_path=chromium_path(), headless=True)
+            for pid in descendants(os.getpid()):
+                with open(f"/proc/{pid}/cmdline", "rb") as fh:
+                    cmd = fh.read()
+                if b"chrom" in cmd and b"--type=" not in cmd:
+                    os.kill(pid, 9)
+            for _ in range(100):
+                if not b.is_connected():
+                    break
+                await asyncio.sleep(0.05)
+            try:
+                return await worker.scrape(b, spec)
+            except Exception as exc:  # what pool._serve_one does with an exception out of scrape
+                return worker.failure_result(spec, exc)
+
+    result = asyncio.run(go())
+    assert (result["status"], result["category"]) == ("failed", "infra"), result
+    assert not (work / "ready").exists()  # the scraper's clock never started

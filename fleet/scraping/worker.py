@@ -29,8 +29,14 @@ from fleet.scraping.discovery import Source, load_module
 from fleet.scraping.retry import RetryPolicy
 from fleet.storage.frames import add_unique, encode_row, validate_row
 
-BROWSER_GONE_MARKERS = ("Target crashed", "Browser has been closed", "browser has disconnected",
-                        "Target page, context or browser has been closed", "Browser closed")
+try:  # what Playwright raises for a call on a closed page, context or browser, whoever closed it
+    from playwright._impl._errors import TargetClosedError
+except ImportError:  # pragma: no cover - another Playwright layout: wait on any of its errors
+    from playwright.async_api import Error as TargetClosedError
+
+# How long a TargetClosedError waits for the browser's own word (its "disconnected" event, the page's "crash")
+# before it counts as the scraper's: the events can reach this process just after the failed call's error.
+GONE_EVENT_WAIT_S = 2.0
 
 
 def _die_with_parent() -> None:
@@ -105,7 +111,10 @@ async def run(spec: dict) -> dict:
 
     use_node_cache(spec)
     async with async_playwright() as pw:
-        browser = await open_browser(pw, spec)
+        try:
+            browser = await open_browser(pw, spec)
+        except Exception as exc:
+            return failure_result(spec, exc, "infra", "the browser did not start")
         try:
             return await scrape(browser, spec)
         finally:
@@ -125,27 +134,36 @@ async def scrape(browser, spec: dict) -> dict:
     log = logging.getLogger(f"fleet.scraper.{source.name}")
     result: dict = {"status": "failed", "category": "source", "rows": 0, "pages": 0}
 
-    cls = getattr(load_module(source.module_path), source.class_name)
-    schema, key = dict(cls.schema), tuple(cls.key)
+    try:
+        cls = getattr(load_module(source.module_path), source.class_name)
+        schema, key = dict(cls.schema), tuple(cls.key)
+    except Exception as exc:
+        return failure_result(spec, exc, "source", f"its module {source.module_path} did not load")
     import datetime as dt
 
     ctx = ScrapeContext(source=source.name, week=dt.date.fromisoformat(spec["week"]), run_id=spec["run_id"],
                         deep=spec["deep"], state_dir=work, deadline=deadline,
                         retry=RetryPolicy(**spec.get("retry", {})), logger=log,
                         progress_path=work / "last_url.txt", step_pid=spec.get("step_pid"))
-    browser_gone = {"flag": False}
     gone = asyncio.Event()  # set when the browser or this source's renderer dies: no page will answer again
 
     def on_gone(*_):
-        browser_gone["flag"] = True
         gone.set()
 
     # Soft deadline: leave a little time before the hard kill to save evidence of an async hang.
     grace = min(3.0, spec["timeout_s"] * 0.4)
     browser.on("disconnected", on_gone)
     try:
-        context = await browser.new_context()
-        page = await context.new_page()
+        context = None
+        try:
+            context = await browser.new_context()
+            page = await context.new_page()
+        except Exception as exc:  # no scraper code has run: the browser is gone, or will not give it a context
+            if context is not None:
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(context.close(), 5)
+            return failure_result(spec, exc, "infra", "the browser crashed before the source's context opened"
+                                  if not browser.is_connected() else "the browser did not open a context")
         page.on("crash", on_gone)
         # The scraper's clock starts now: browser start-up is fleet's cost, with its own limit in the runner.
         start = time.monotonic()
@@ -173,7 +191,7 @@ async def scrape(browser, spec: dict) -> dict:
                       "error": f"source {source.name}: timed out after {spec['timeout_s']:g}s (timeout_s)"}
         except Exception as exc:
             text = f"{type(exc).__name__}: {exc}"
-            infra = browser_gone["flag"] or any(m in str(exc) for m in BROWSER_GONE_MARKERS)
+            infra = await _browser_died(browser, gone, exc)
             result = {"status": "failed", "category": "infra" if infra else "source",
                       "error": text if str(exc).startswith("source ") else f"source {source.name}: {text}",
                       "error_type": type(exc).__name__, "traceback": traceback.format_exc()}
@@ -201,6 +219,17 @@ class BrowserGone(Exception):
     pass
 
 
+async def _browser_died(browser, gone: asyncio.Event, exc: BaseException) -> bool:
+    """Whether the browser disconnected or this page's renderer crashed, from their events and
+    ``browser.is_connected()``, never from an error's text: a scraper that closes its own page and then uses it
+    gets the same "Target page, context or browser has been closed" as one whose browser died. The events may
+    arrive just after the error, so a closed-target error waits up to ``GONE_EVENT_WAIT_S`` for them."""
+    if not gone.is_set() and browser.is_connected() and isinstance(exc, TargetClosedError):
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(gone.wait(), GONE_EVENT_WAIT_S)
+    return gone.is_set() or not browser.is_connected()
+
+
 class SoftDeadline(Exception):
     """fleet's soft deadline stopped the scraper. Its own class: since Python 3.11 ``asyncio.TimeoutError`` is the
     builtin ``TimeoutError``, which a scraper's own expired ``asyncio.wait_for`` (or any library) raises too."""
@@ -225,11 +254,12 @@ async def _until_gone(work, gone: asyncio.Event, timeout: float):
     raise SoftDeadline()
 
 
-def failure_result(spec: dict, exc: BaseException) -> dict:
-    """The result of an attempt that failed outside the scraper: its module did not load, or no browser."""
-    infra = any(m in str(exc) for m in ("Executable doesn't exist", "connect_over_cdp")) or "launch" in str(exc).lower()
-    return {"status": "failed", "category": "infra" if infra else "source",
-            "error": f"source {spec['source']}: {type(exc).__name__}: {exc}",
+def failure_result(spec: dict, exc: BaseException, category: str = "infra", what: str | None = None) -> dict:
+    """The result of an attempt that failed outside the scraper's ``scrape``: ``category`` is the caller's
+    decision (its module did not load: source; no browser, no context: infra). An exception that escaped
+    :func:`scrape` or the worker itself (the default) is fleet's side failing: infra, re-executed at most N times."""
+    return {"status": "failed", "category": category,
+            "error": f"source {spec['source']}: {what + ': ' if what else ''}{type(exc).__name__}: {exc}",
             "error_type": type(exc).__name__, "traceback": traceback.format_exc(), "rows": 0, "pages": 0}
 
 
@@ -252,7 +282,7 @@ def main(argv: list[str], forked: bool = False) -> int:
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(message)s", force=True)
     try:
         result = asyncio.run(run(spec))
-    except BaseException as exc:  # the module failed to load, or the browser could not start
+    except BaseException as exc:  # Playwright's driver did not start, or fleet's own code failed: infra
         result = failure_result(spec, exc)
     write_result(spec, result)
     return 0
