@@ -163,3 +163,28 @@ def test_a_browser_dead_before_the_context_opens_is_infra(tmp_path):
     result = asyncio.run(go())
     assert (result["status"], result["category"]) == ("failed", "infra"), result
     assert not (work / "ready").exists()  # the scraper's clock never started
+
+
+HANGS_IN_WORKER = """
+if os.getpid() != int(os.environ["FLEET_TEST_PID"]):  # not in discovery (this test's process): in the worker
+    {what}
+"""
+
+
+@pytest.mark.parametrize("what, status", [("time.sleep(3600)", "timeout"), ("raise RuntimeError('no config')", "failed")])
+def test_a_module_that_hangs_or_raises_at_import_fails_as_its_source_within_its_limit(home, tmp_path, monkeypatch,
+                                                                                      what, status):
+    """The warm worker imports the module afresh for the source. That import is the source's code: it counts
+    against timeout_s (not the browser's start-up limit), and fails as source, naming the module."""
+    from fleet.scraping import runner
+
+    monkeypatch.setenv("FLEET_TEST_PID", str(os.getpid()))
+    monkeypatch.setattr(runner, "STARTUP_LIMIT_S", 20.0)  # the browser's limit, so the old behaviour shows in 20 s
+    src = scraper(tmp_path, "bad_import", 'yield {"id": 1}', timeout_s=3, module=HANGS_IN_WORKER.format(what=what))
+    out, store = run(home, src)
+    assert (out.status, out.category) == (status, "source"), out
+    assert str(src.module_path) in out.error and "did not" in out.error and "import" in out.error, out.error
+    assert out.seconds < 3 + 2, out
+    if status == "failed":
+        assert "RuntimeError: no config" in out.error
+        assert "no config" in (store.path(WEEK, keys.evidence_key("bad_import")) / "error.txt").read_text()

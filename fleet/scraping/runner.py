@@ -280,8 +280,13 @@ def run_source(source: Source, week: str, *, store: ArtifactStore, run_id: str, 
     result_path = Path(spec["result_path"])
     result = json.loads(result_path.read_text()) if result_path.exists() else None
     if timed_out:
+        from fleet.scraping.worker import IMPORTING  # the phase the worker wrote into its ready file
+
+        phase = ready_path.read_text().splitlines()[1:2] if ready_path.exists() else []
+        doing = (f"its module {source.module_path} did not finish importing"
+                 if phase and phase[0].startswith(IMPORTING) else "timed out")
         result = {**(result or {}), "status": "timeout", "category": "source",
-                  "error": f"source {source.name}: timed out after {seconds:.1f}s (limit {timeout:g}s); "
+                  "error": f"source {source.name}: {doing} after {seconds:.1f}s (limit {timeout:g}s); "
                            f"its worker and browser were killed"}
     elif result and result.get("status") == "timeout":  # the worker stopped the scraper itself, before the limit
         result = {**result, "category": "source",

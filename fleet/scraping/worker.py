@@ -29,11 +29,6 @@ from fleet.scraping.discovery import Source, load_module
 from fleet.scraping.retry import RetryPolicy
 from fleet.storage.frames import add_unique, encode_row, validate_row
 
-try:  # what Playwright raises for a call on a closed page, context or browser, whoever closed it
-    from playwright._impl._errors import TargetClosedError
-except ImportError:  # pragma: no cover - another Playwright layout: wait on any of its errors
-    from playwright.async_api import Error as TargetClosedError
-
 # How long a TargetClosedError waits for the browser's own word (its "disconnected" event, the page's "crash")
 # before it counts as the scraper's: the events can reach this process just after the failed call's error.
 GONE_EVENT_WAIT_S = 2.0
@@ -133,12 +128,6 @@ async def scrape(browser, spec: dict) -> dict:
     deadline = start + spec["timeout_s"]
     log = logging.getLogger(f"fleet.scraper.{source.name}")
     result: dict = {"status": "failed", "category": "source", "rows": 0, "pages": 0}
-
-    try:
-        cls = getattr(load_module(source.module_path), source.class_name)
-        schema, key = dict(cls.schema), tuple(cls.key)
-    except Exception as exc:
-        return failure_result(spec, exc, "source", f"its module {source.module_path} did not load")
     import datetime as dt
 
     ctx = ScrapeContext(source=source.name, week=dt.date.fromisoformat(spec["week"]), run_id=spec["run_id"],
@@ -165,15 +154,26 @@ async def scrape(browser, spec: dict) -> dict:
             return failure_result(spec, exc, "infra", "the browser crashed before the source's context opened"
                                   if not browser.is_connected() else "the browser did not open a context")
         page.on("crash", on_gone)
-        # The scraper's clock starts now: browser start-up is fleet's cost, with its own limit in the runner.
+        # The scraper's clock starts now: browser start-up is fleet's cost, with its own limit in the runner. The
+        # import of its module is the source's: a module that hangs or raises at import is the source's failure.
         start = time.monotonic()
         ctx.deadline = start + spec["timeout_s"]
-        Path(spec["ready_path"]).write_text(str(os.getpid()))
+        ready = Path(spec["ready_path"])
+        ready.write_text(f"{os.getpid()}\n{IMPORTING} {source.module_path}\n")
         seen_keys: dict[tuple, dict] = {}
         count = 0
+        imported = False
 
         async def consume():
-            nonlocal count
+            nonlocal count, imported
+            try:
+                cls = getattr(load_module(source.module_path), source.class_name)
+                schema, key = dict(cls.schema), tuple(cls.key)
+            except (Exception, SystemExit) as exc:
+                raise ScraperImportError(f"source {source.name}: its module {source.module_path} did not import: "
+                                         f"{type(exc).__name__}: {exc}") from exc
+            imported = True
+            ready.write_text(f"{os.getpid()}\n{SCRAPING}\n")  # read by the runner if it has to kill this process
             with open(spool_path, "a", encoding="utf-8") as spool:
                 async for row in cls().scrape(page, ctx):
                     clean = validate_row(source.name, schema, key, row, count)
@@ -183,7 +183,7 @@ async def scrape(browser, spec: dict) -> dict:
                     count += 1
 
         try:
-            await _until_gone(consume(), gone, timeout=max(0.1, spec["timeout_s"] - grace))
+            await _until_gone(consume(), gone, timeout=max(0.1, ctx.deadline - grace - time.monotonic()))
             result = {"status": "ok" if count else "empty", "category": None}
         except SoftDeadline:  # fleet's own deadline; a TimeoutError the scraper raised is its error, below
             log.warning("[run %s] [%s] soft deadline reached; saving evidence before the hard limit", spec["run_id"], source.name)
@@ -203,7 +203,8 @@ async def scrape(browser, spec: dict) -> dict:
                 result["error"] = f"source {source.name}: the browser crashed: {text}"
         if result["status"] not in ("ok", "empty"):
             hard_deadline = start + spec["timeout_s"]  # when the runner kills this process
-            result["evidence"] = await _capture(page, evidence_dir, log, hard_deadline - time.monotonic() - 0.7)
+            if imported:  # before that, the page is the blank one fleet opened
+                result["evidence"] = await _capture(page, evidence_dir, log, hard_deadline - time.monotonic() - 0.7)
             (evidence_dir / "error.txt").parent.mkdir(parents=True, exist_ok=True)
             (evidence_dir / "error.txt").write_text(result.get("traceback") or result.get("error", ""))
         result.update(rows=count, pages=ctx.pages_visited, url=result.get("url") or ctx.last_url,
@@ -219,11 +220,24 @@ class BrowserGone(Exception):
     pass
 
 
+class ScraperImportError(Exception):
+    """The scraper's module raised at import (a source failure, named after the module)."""
+
+
+# The phases a worker writes into its attempt's ready file, after its pid.
+IMPORTING, SCRAPING = "importing", "scraping"
+
+
 async def _browser_died(browser, gone: asyncio.Event, exc: BaseException) -> bool:
     """Whether the browser disconnected or this page's renderer crashed, from their events and
     ``browser.is_connected()``, never from an error's text: a scraper that closes its own page and then uses it
     gets the same "Target page, context or browser has been closed" as one whose browser died. The events may
     arrive just after the error, so a closed-target error waits up to ``GONE_EVENT_WAIT_S`` for them."""
+    try:  # what Playwright raises for a call on a closed page, context or browser, whoever closed it
+        from playwright._impl._errors import TargetClosedError
+    except ImportError:  # another Playwright layout: wait on any of its errors
+        from playwright.async_api import Error as TargetClosedError
+
     if not gone.is_set() and browser.is_connected() and isinstance(exc, TargetClosedError):
         with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(gone.wait(), GONE_EVENT_WAIT_S)
