@@ -188,3 +188,36 @@ def test_a_module_that_hangs_or_raises_at_import_fails_as_its_source_within_its_
     if status == "failed":
         assert "RuntimeError: no config" in out.error
         assert "no config" in (store.path(WEEK, keys.evidence_key("bad_import")) / "error.txt").read_text()
+
+
+def test_a_scraper_killed_at_its_limit_leaves_its_url_and_stack_and_no_stale_evidence(home, tmp_path, monkeypatch):
+    """Attempt 1 fails with a screenshot and the page HTML. Attempt 2 loads a demo page and blocks its event loop
+    (time.sleep), so it is killed at its hard limit and cannot capture anything: the evidence directory then holds
+    only attempt 2's error.txt (its URL, the worker's Python stack at the kill), not attempt 1's screenshot."""
+    from fleet.demo import DemoSites
+
+    src = scraper(tmp_path, "blocks", """
+        if not ctx.checkpoint.get("failed"):
+            ctx.checkpoint["failed"] = True
+            ctx.save_checkpoint()
+            await page.set_content("<h1>first attempt</h1>")
+            raise ValueError("first attempt's bug")
+        await ctx.goto(page, os.environ["FLEET_DEMO_URL"] + "/books")
+        time.sleep(3600)  # blocks the event loop: only the hard limit stops it
+        yield {"id": 1}
+    """, timeout_s=3)
+    evidence = home / "artifacts" / WEEK / "evidence" / "blocks"
+    with DemoSites(port=0, latency_ms=0, state_dir=tmp_path / "demo") as sites:
+        url = sites.url
+        monkeypatch.setenv("FLEET_DEMO_URL", url)
+        first, _ = run(home, src)
+        assert (first.status, first.category) == ("failed", "source"), first
+        assert (evidence / "screenshot.png").exists() and "first attempt" in (evidence / "page.html").read_text()
+        second, _ = run(home, src)
+    assert (second.status, second.category) == ("timeout", "source"), second
+    assert "were killed" in second.error
+    assert sorted(p.name for p in evidence.iterdir()) == ["error.txt", "stack.txt"]
+    error = (evidence / "error.txt").read_text()
+    assert f"last URL: {url}/books" in error, error
+    assert "time.sleep(3600)" in error or ("blocks.py" in error and "in scrape" in error), error
+    assert second.evidence["stack"] == str(evidence / "stack.txt")

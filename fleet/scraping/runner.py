@@ -164,6 +164,7 @@ def run_source(source: Source, week: str, *, store: ArtifactStore, run_id: str, 
     if refresh:
         for p in work.iterdir():
             p.unlink()
+    clear_evidence(store.path(week, keys.evidence_key(source.name)))
     if source.broken:
         out = Outcome(source=source.name, week=week, status="failed", category="source", error=source.error,
                       run_id=run_id)
@@ -180,6 +181,8 @@ def run_source(source: Source, week: str, *, store: ArtifactStore, run_id: str, 
         "spool_path": str(work / f"rows-{attempt}.jsonl"),
         "result_path": str(work / f"result-{attempt}.json"),
         "ready_path": str(work / f"ready-{attempt}"),
+        "progress_path": str(work / f"last_url-{attempt}.txt"),
+        "stack_path": str(work / f"stack-{attempt}.txt"),
         "evidence_dir": str(store.path(week, keys.evidence_key(source.name))),
         "node_cache": str(s.home / "cache" / "node"),
         "step_pid": os.getpid(),
@@ -262,6 +265,7 @@ def run_source(source: Source, week: str, *, store: ArtifactStore, run_id: str, 
                     break
                 if ready_at is not None and now - ready_at > timeout:
                     timed_out = True
+                    dump_stack(proc, Path(spec["stack_path"]))  # what it is stuck in, before it is killed
                     break
                 try:
                     proc.wait(timeout=0.05)
@@ -301,6 +305,35 @@ def run_source(source: Source, week: str, *, store: ArtifactStore, run_id: str, 
     return _finish(source, week, store, run_id, attempt, deep, work, result, seconds)
 
 
+def clear_evidence(evidence_dir: Path) -> None:
+    """An attempt starts with no evidence: a screenshot, page or error of an earlier attempt of the week would
+    look like this one's (an attempt killed at its limit cannot take a screenshot of its own)."""
+    if evidence_dir.is_dir():
+        for p in evidence_dir.iterdir():
+            if p.is_file():
+                p.unlink()
+
+
+DUMP_WAIT_S = 1.0
+
+
+def dump_stack(proc, stack_path: Path) -> None:
+    """Ask a worker at its hard limit for the Python stacks of its threads (SIGUSR1: the worker registers
+    faulthandler for it while its source runs, fleet/scraping/worker.py), and wait up to ``DUMP_WAIT_S`` for them.
+    faulthandler writes from its signal handler, so this works while the scraper blocks its event loop."""
+    try:
+        os.kill(proc.pid, signal.SIGUSR1)
+    except OSError:
+        return
+    deadline, size = time.monotonic() + DUMP_WAIT_S, -1
+    while time.monotonic() < deadline and proc.poll() is None:
+        now = stack_path.stat().st_size if stack_path.exists() else 0
+        if now and now == size:  # written, and no longer growing
+            return
+        size = now
+        time.sleep(0.05)
+
+
 def _exit_reason(proc) -> str:
     if isinstance(proc, pool.Lease):
         return proc.exit_reason()
@@ -311,14 +344,24 @@ def _exit_reason(proc) -> str:
 def _finish(source: Source, week: str, store: ArtifactStore, run_id: str, attempt: str, deep: bool, work: Path,
             result: dict, seconds: float) -> Outcome:
     """Turn an attempt's result into its outcome; keep its rows (merged with earlier attempts') as the raw artifact."""
-    last_url = (work / "last_url.txt").read_text() if (work / "last_url.txt").exists() else None
+    progress = work / f"last_url-{attempt}.txt"  # this attempt's: an earlier attempt's URL is not where it is
+    last_url = progress.read_text() if progress.exists() else None
     out = Outcome(source=source.name, week=week, status=result["status"], category=result.get("category"),
                   pages=result.get("pages", 0), error=result.get("error"), url=result.get("url") or last_url,
                   evidence=result.get("evidence") or {}, seconds=seconds, run_id=run_id, attempt=attempt, deep=deep)
+    stack = work / f"stack-{attempt}.txt"
     if out.status == "timeout":
         evidence_dir = store.path(week, keys.evidence_key(source.name))
         evidence_dir.mkdir(parents=True, exist_ok=True)
-        (evidence_dir / "error.txt").write_text(out.error + (f"\nlast URL: {out.url}" if out.url else ""))
+        text = out.error + f"\nlast URL: {out.url or 'unknown (no ctx.goto in this attempt)'}"
+        dump = stack.read_text(errors="replace").strip() if stack.exists() else ""
+        if dump:
+            text += f"\n\nPython stacks of the worker at its limit (faulthandler):\n{dump}\n"
+            (evidence_dir / "stack.txt").write_text(dump + "\n")
+            out.evidence = {**out.evidence, "stack": str(evidence_dir / "stack.txt")}
+        (evidence_dir / "error.txt").write_text(text)
+        out.evidence = {**out.evidence, "error": str(evidence_dir / "error.txt")}
+    stack.unlink(missing_ok=True)
 
     if out.status in ("ok", "empty", "timeout"):
         rows = merge_attempt_rows(source, work)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ctypes
+import faulthandler
 import json
 import logging
 import os
@@ -133,7 +134,8 @@ async def scrape(browser, spec: dict) -> dict:
     ctx = ScrapeContext(source=source.name, week=dt.date.fromisoformat(spec["week"]), run_id=spec["run_id"],
                         deep=spec["deep"], state_dir=work, deadline=deadline,
                         retry=RetryPolicy(**spec.get("retry", {})), logger=log,
-                        progress_path=work / "last_url.txt", step_pid=spec.get("step_pid"))
+                        progress_path=Path(spec.get("progress_path") or work / "last_url.txt"),
+                        step_pid=spec.get("step_pid"))
     gone = asyncio.Event()  # set when the browser or this source's renderer dies: no page will answer again
 
     def on_gone(*_):
@@ -159,6 +161,7 @@ async def scrape(browser, spec: dict) -> dict:
         start = time.monotonic()
         ctx.deadline = start + spec["timeout_s"]
         ready = Path(spec["ready_path"])
+        _dump_stacks_on_request(spec)
         ready.write_text(f"{os.getpid()}\n{IMPORTING} {source.module_path}\n")
         seen_keys: dict[tuple, dict] = {}
         count = 0
@@ -213,7 +216,32 @@ async def scrape(browser, spec: dict) -> dict:
             await asyncio.wait_for(context.close(), 10)
     finally:
         browser.remove_listener("disconnected", on_gone)
+        _stop_dumping_stacks()
     return result
+
+
+_stack_file = None
+
+
+def _dump_stacks_on_request(spec: dict) -> None:
+    """Until the attempt ends, SIGUSR1 writes every thread's Python stack to ``spec["stack_path"]``: the runner
+    sends it just before it kills this worker at the hard limit (a scraper blocking its event loop leaves no
+    other trace of where it was). faulthandler writes from its C signal handler, so a blocked loop is no obstacle."""
+    global _stack_file
+    if spec.get("stack_path"):
+        _stop_dumping_stacks()
+        # Between attempts (unregistered), a late SIGUSR1 is ignored instead of ending a warm worker.
+        signal.signal(signal.SIGUSR1, signal.SIG_IGN)
+        _stack_file = open(spec["stack_path"], "w")
+        faulthandler.register(signal.SIGUSR1, file=_stack_file, all_threads=True)
+
+
+def _stop_dumping_stacks() -> None:
+    global _stack_file
+    if _stack_file is not None:
+        faulthandler.unregister(signal.SIGUSR1)
+        _stack_file.close()
+        _stack_file = None
 
 
 class BrowserGone(Exception):
