@@ -221,3 +221,24 @@ def test_a_scraper_killed_at_its_limit_leaves_its_url_and_stack_and_no_stale_evi
     assert f"last URL: {url}/books" in error, error
     assert "time.sleep(3600)" in error or ("blocks.py" in error and "in scrape" in error), error
     assert second.evidence["stack"] == str(evidence / "stack.txt")
+
+
+def test_the_status_of_an_attempt_is_that_of_the_weeks_merged_rows(home, tmp_path):
+    """Attempt 1 yields 2 rows and hangs (partial); attempt 2 finds the list empty. The stored artifact has the 2
+    merged rows, so the week's status is ok with 2 rows, not empty (non_empty would fail on a stored 2 rows)."""
+    src = scraper(tmp_path, "then_empty", """
+        if not ctx.checkpoint.get("first"):
+            ctx.checkpoint["first"] = True
+            ctx.save_checkpoint()
+            yield {"id": 1}
+            yield {"id": 2}
+            await asyncio.sleep(600)
+        return
+        yield
+    """, timeout_s=3)
+    first, store = run(home, src)
+    assert (first.status, first.rows) == ("partial", 2), first
+    second, _ = run(home, src)
+    assert (second.status, second.rows) == ("ok", 2), second
+    assert store.read_json(WEEK, keys.outcome_key("then_empty"))["status"] == "ok"
+    assert pl.read_parquet(store.path(WEEK, keys.raw_key("then_empty")))["id"].to_list() == [1, 2]

@@ -376,5 +376,7 @@ def _finish(source: Source, week: str, store: ArtifactStore, run_id: str, attemp
             else:
                 store.write_parquet(week, keys.raw_key(source.name), frame)
                 out.rows = frame.height
+                if out.status in ("ok", "empty"):  # of the week's merged rows, not of this attempt's alone
+                    out.status = "ok" if frame.height else "empty"
     store.write_json(week, keys.outcome_key(source.name), out.to_json())
     return out
