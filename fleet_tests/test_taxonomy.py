@@ -100,3 +100,68 @@ def test_run_failure_sensor_requests_only_the_crashed_steps(fleet_env):
     assert out["job"] == "scrape_week" and out["partition"] == WEEK
     assert out["tags"]["fleet/kind"] == "rerun" and out["tags"]["fleet/attempt"] == "2"
     assert out["failure_tag"] == "mixed"
+
+
+def _stale_checkpoint(fleet_env, name):
+    """A checkpoint an earlier scrape of the week left: ``--refresh`` must clear it, once."""
+    work = fleet_env.home / "artifacts" / WEEK / "work" / name
+    work.mkdir(parents=True)
+    (work / "checkpoint.json").write_text(json.dumps({"crashed": True}))
+
+
+def test_refresh_clears_the_week_once_and_a_crash_re_execution_resumes(fleet_env):
+    """crash_once with --refresh: the refresh clears the stale checkpoint (so the first attempt crashes), and the
+    in-run re-execution resumes from the crashed attempt's checkpoint instead of clearing it again (which made
+    every attempt crash: infra on all 3)."""
+    env, counters = _env(fleet_env, reruns=2)
+    _stale_checkpoint(fleet_env, "crash_once")
+    res = run_fleet(env, "run", "--week", WEEK, "--source", "crash_once", "--refresh", "--force")
+    assert res.returncode == 0, res.stdout[-4000:] + res.stderr[-4000:]
+    assert _runs(counters, "crash_once") == 2  # cleared once (else 1), resumed on the re-execution (else 3)
+    frame = committed_frame(fleet_env.remote, f"data/{WEEK}/raw.parquet")
+    assert frame["source"].to_list() == ["crash_once", "crash_once"]
+
+
+RERUN_SCRIPT = textwrap.dedent("""
+    import json
+    import os
+    from dagster import AssetKey, DagsterEventType, execute_job, reconstructable, build_run_status_sensor_context
+    from fleet.defs import definitions as d
+    from fleet.defs.instance import get_instance
+    from fleet.config import settings
+
+    if __name__ == "__main__":
+        instance = get_instance(settings())
+        # As the UI would, with refresh on: FLEET_CRASH_RERUNS=0 in this process, so the run re-executes nothing
+        # itself and the sensor's rerun run (with the same config) is the re-execution.
+        first = execute_job(reconstructable(d.scrape_week_job), instance, tags={"dagster/partition": "%s"},
+                            run_config={"ops": {"raw__crash_once": {"config": {"refresh": True}}}},
+                            asset_selection=[AssetKey(["raw", "crash_once"])])
+        os.environ["FLEET_CRASH_RERUNS"] = "2"
+        run = instance.get_run_by_id(first.run_id)
+        failure = [e for e in instance.all_logs(run.run_id, of_type=DagsterEventType.RUN_FAILURE)][0]
+        sensor = [s for s in d.defs.sensors if s.name == "fleet_after_failed_run"][0]
+        req = sensor(build_run_status_sensor_context(sensor_name=sensor.name, dagster_event=failure.dagster_event,
+                                                     dagster_instance=instance, dagster_run=run))
+        rerun = execute_job(reconstructable(d.scrape_week_job), instance, run_config=req.run_config,
+                            tags={**req.tags, "dagster/partition": req.partition_key},
+                            asset_selection=req.asset_selection, raise_on_error=False)
+        print(json.dumps({"first": first.success, "config": req.run_config, "rerun": rerun.success}))
+""" % WEEK)
+
+
+def test_a_rerun_run_of_a_refreshed_week_resumes_the_crashed_attempt(fleet_env):
+    env, counters = _env(fleet_env, reruns=0)
+    _stale_checkpoint(fleet_env, "crash_once")
+    script = fleet_env.tmp / "rerun_check.py"
+    script.write_text(RERUN_SCRIPT)
+    res = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=300,
+                         cwd=fleet_env.home)
+    assert res.returncode == 0, res.stderr[-4000:]
+    out = json.loads(res.stdout.strip().splitlines()[-1])
+    assert out["first"] is False
+    assert out["config"]["ops"]["raw__crash_once"]["config"]["refresh"] is True  # the rerun carries the refresh
+    assert out["rerun"] is True, res.stderr[-4000:]
+    assert _runs(counters, "crash_once") == 2
+    outcome = json.loads((fleet_env.home / "artifacts" / WEEK / "raw" / "crash_once.outcome.json").read_text())
+    assert (outcome["status"], outcome["rows"]) == ("ok", 2)

@@ -13,6 +13,7 @@ from dagster import (
 from fleet import alerts as alerting
 from fleet import checks as qc
 from fleet.config import settings
+from fleet.policy import taxonomy as tx
 from fleet.scraping.discovery import Source
 from fleet.scraping.runner import run_source
 from fleet.storage import store as keys
@@ -128,8 +129,11 @@ def _raw_compute(source: Source):
         config = RawConfig(**context.op_config)
         week = context.partition_key
         store = artifact_store()
+        # A crash's re-execution (in the run, or a rerun run of the sensors or `fleet run`) carries the first
+        # attempt's config: its `refresh` must not clear what the crashed attempt left to resume from.
+        reexecution = context.retry_number > 0 or context.run.tags.get(tx.TAG_KIND) == "rerun"
         out = run_source(source, week, store=store, run_id=context.run_id, deep=config.deep,
-                         timeout_s=config.timeout_s, refresh=config.refresh,
+                         timeout_s=config.timeout_s, refresh=config.refresh, reexecution=reexecution,
                          retry={"attempts": config.retry_attempts}, log=context.log)
         common = {
             "fleet/status": out.status, "seconds": float(out.seconds), "pages": out.pages,

@@ -149,8 +149,12 @@ def merge_attempt_rows(source: Source, spool_dir: Path) -> list[dict]:
 
 def run_source(source: Source, week: str, *, store: ArtifactStore, run_id: str, deep: bool = False,
                timeout_s: float | None = None, retry: dict | None = None, refresh: bool = False,
-               log=None) -> Outcome:
-    """Scrape ``source`` for ``week`` (reusing a stored complete artifact unless ``refresh``), store and return its outcome."""
+               reexecution: bool = False, log=None) -> Outcome:
+    """Scrape ``source`` for ``week`` (reusing a stored complete artifact unless ``refresh``), store and return its outcome.
+
+    ``refresh`` also clears the source's work for the week (checkpoint, seen URLs, spooled rows), once: not on a
+    ``reexecution``, the re-execution of a crashed attempt of the same request (Dagster's retry of the step, a
+    rerun run), which resumes from what the crashed attempt left, as any re-execution does."""
     log_line = (log.info if log else (lambda *a: None))
     previous = store.read_json(week, keys.outcome_key(source.name))
     reusable = (previous and previous.get("status") in ("ok", "empty") and store.exists(week, keys.raw_key(source.name))
@@ -161,7 +165,8 @@ def run_source(source: Source, week: str, *, store: ArtifactStore, run_id: str, 
         return out
 
     work = store.workdir(week, keys.spool_key(source.name))
-    if refresh:
+    if refresh and not reexecution:
+        log_line(f"[run {run_id}] [{source.name}] refresh: clearing this week's checkpoint and spooled rows")
         for p in work.iterdir():
             p.unlink()
     clear_evidence(store.path(week, keys.evidence_key(source.name)))
