@@ -242,3 +242,30 @@ def test_the_status_of_an_attempt_is_that_of_the_weeks_merged_rows(home, tmp_pat
     assert (second.status, second.rows) == ("ok", 2), second
     assert store.read_json(WEEK, keys.outcome_key("then_empty"))["status"] == "ok"
     assert pl.read_parquet(store.path(WEEK, keys.raw_key("then_empty")))["id"].to_list() == [1, 2]
+
+
+def test_a_failed_refresh_keeps_the_weeks_good_rows_in_consolidation(home, tmp_path, monkeypatch):
+    """The week was scraped (2 rows); `--refresh` scrapes it again and the source fails now. Its outcome is the
+    failure, but its stored rows stay in the consolidated week (listed as stale), so the next raw commit keeps them."""
+    from fleet.storage.consolidate import consolidate
+
+    src = scraper(tmp_path, "flips", """
+        if os.environ.get("FLIPS_FAIL"):
+            raise RuntimeError("the site changed")
+        yield {"id": 1}
+        yield {"id": 2}
+    """)
+    good, store = run(home, src)
+    assert (good.status, good.rows) == ("ok", 2), good
+    monkeypatch.setenv("FLIPS_FAIL", "1")
+    failed, _ = run(home, src, refresh=True)
+    assert (failed.status, failed.category) == ("failed", "source"), failed
+    assert store.read_json(WEEK, keys.outcome_key("flips"))["status"] == "failed"  # what fleet status reports
+
+    summary = consolidate(store, WEEK, ["flips"])
+    assert summary["included"] == {"flips": 2} and summary["missing"] == {}, summary
+    assert summary["stale"]["flips"]["status"] == "failed" and "the site changed" in summary["stale"]["flips"]["error"]
+    assert summary["stale"]["flips"]["rows_from_attempt"] == good.attempt
+    rows = pl.read_parquet(store.path(WEEK, keys.CONSOLIDATED_KEY))
+    assert rows["source"].to_list() == ["flips", "flips"] and rows["id"].to_list() == [1, 2]
+

@@ -383,5 +383,7 @@ def _finish(source: Source, week: str, store: ArtifactStore, run_id: str, attemp
                 out.rows = frame.height
                 if out.status in ("ok", "empty"):  # of the week's merged rows, not of this attempt's alone
                     out.status = "ok" if frame.height else "empty"
+                # what a later failed attempt leaves in place: consolidation still has these rows and their outcome
+                store.write_json(week, keys.good_outcome_key(source.name), out.to_json())
     store.write_json(week, keys.outcome_key(source.name), out.to_json())
     return out

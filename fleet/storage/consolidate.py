@@ -23,6 +23,9 @@ def _sink(lf: pl.LazyFrame, target: Path) -> None:
         raise
 
 
+SUCCESS = ("ok", "empty", "partial")
+
+
 def week_outcomes(store: ArtifactStore, week: str, sources: list[str]) -> dict[str, dict]:
     """Each source's stored outcome for the week; a source with none is reported as not run."""
     out = {}
@@ -35,18 +38,29 @@ def week_outcomes(store: ArtifactStore, week: str, sources: list[str]) -> dict[s
 def consolidate(store: ArtifactStore, week: str, sources: list[str]) -> dict:
     """Union every successful source's raw rows for ``week`` into one file with a ``source`` column.
 
-    Returns a summary: included sources with row counts, missing sources with why, and total rows."""
+    A source whose latest attempt failed after an earlier one of the week stored rows (``fleet run --refresh``
+    against a site that is down now) keeps those rows: they are included, and listed under ``stale`` with the
+    latest attempt's failure, which is still the source's status. Dropping them would take them out of the week's
+    next raw commit.
+
+    Returns a summary: included sources with row counts, stale ones, missing sources with why, and total rows."""
     outcomes = week_outcomes(store, week, sources)
-    included, missing, frames = {}, {}, []
+    included, stale, missing, frames = {}, {}, {}, []
     for name, rec in sorted(outcomes.items()):  # sources in name order: the file is deterministic without a sort
-        ok = rec.get("status") in ("ok", "empty", "partial") and store.exists(week, keys.raw_key(name))
-        if not ok:
+        stored = store.exists(week, keys.raw_key(name))
+        ok = rec.get("status") in SUCCESS and stored
+        good = None if ok or not stored else store.read_json(week, keys.good_outcome_key(name))
+        if not ok and not (good and good.get("status") in SUCCESS):
             missing[name] = {"status": rec.get("status"), "category": rec.get("category"), "error": rec.get("error")}
             continue
+        if good is not None:
+            stale[name] = {"status": rec.get("status"), "category": rec.get("category"), "error": rec.get("error"),
+                           "rows_from_run": good.get("run_id"), "rows_from_attempt": good.get("attempt")}
+            rec = good
         included[name] = int(rec.get("rows") or 0)
         frames.append(pl.scan_parquet(store.path(week, keys.raw_key(name))).with_columns(pl.lit(name).alias("source")))
     total = sum(included.values())
-    summary = {"week": week, "included": included, "missing": missing, "rows": total}
+    summary = {"week": week, "included": included, "stale": stale, "missing": missing, "rows": total}
     if total == 0:
         return summary
     lf = pl.concat(frames, how="diagonal_relaxed")

@@ -125,6 +125,12 @@ def outcome_key(source: str) -> str:
     return f"raw/{source}.outcome.json"
 
 
+def good_outcome_key(source: str) -> str:
+    """The outcome of the attempt that stored the week's raw rows (``raw_key``): the last good one. The outcome
+    at ``outcome_key`` is the latest attempt's, which may have failed after them (a ``--refresh`` that failed)."""
+    return f"raw/{source}.good.json"
+
+
 def evidence_key(source: str) -> str:
     return f"evidence/{source}"
 
