@@ -269,3 +269,18 @@ def test_a_failed_refresh_keeps_the_weeks_good_rows_in_consolidation(home, tmp_p
     rows = pl.read_parquet(store.path(WEEK, keys.CONSOLIDATED_KEY))
     assert rows["source"].to_list() == ["flips", "flips"] and rows["id"].to_list() == [1, 2]
 
+
+def test_consolidation_fsyncs_its_file_before_renaming_it_into_place(tmp_path, monkeypatch):
+    from fleet.storage import consolidate as cons
+
+    store = LocalArtifactStore(tmp_path / "artifacts")
+    store.write_parquet(WEEK, keys.raw_key("a"), pl.DataFrame({"id": [1, 2]}))
+    store.write_json(WEEK, keys.outcome_key("a"), {"status": "ok", "rows": 2})
+    calls = []
+    fsync, replace = os.fsync, os.replace
+    monkeypatch.setattr(os, "fsync", lambda fd: calls.append(("fsync", os.readlink(f"/proc/self/fd/{fd}"))) or fsync(fd))
+    monkeypatch.setattr(os, "replace", lambda a, b: calls.append(("replace", str(a))) or replace(a, b))
+    cons.consolidate(store, WEEK, ["a"])
+    renamed = [c[1] for c in calls if c[0] == "replace" and ".consolidated_raw_rows.parquet." in c[1]]
+    assert len(renamed) == 1, calls
+    assert calls.index(("fsync", renamed[0])) < calls.index(("replace", renamed[0])), calls

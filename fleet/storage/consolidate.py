@@ -17,6 +17,8 @@ def _sink(lf: pl.LazyFrame, target: Path) -> None:
     os.close(fd)
     try:
         lf.sink_parquet(tmp)
+        with open(tmp, "rb") as fh:  # on disk before it is renamed into place, as the store's _atomic_write does
+            os.fsync(fh.fileno())
         os.replace(tmp, target)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
