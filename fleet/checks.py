@@ -289,9 +289,15 @@ def last_good_week(store: ArtifactStore, source: str, week: str) -> str | None:
 
 
 def _week_rows(store: ArtifactStore, week: str, source: str) -> int | None:
-    out = store.read_json(week, keys.outcome_key(source)) or {}
-    if out.get("status") not in PRESENT_STATUSES or not store.exists(week, keys.raw_key(source)):
+    """The source's rows in the week's data, by consolidation's rule: those of its latest outcome, or, when that
+    failed after an earlier attempt stored rows (a failed ``--refresh``), those kept from that attempt."""
+    if not store.exists(week, keys.raw_key(source)):
         return None
+    out = store.read_json(week, keys.outcome_key(source)) or {}
+    if out.get("status") not in PRESENT_STATUSES:
+        out = store.read_json(week, keys.good_outcome_key(source)) or {}
+        if out.get("status") not in PRESENT_STATUSES:
+            return None
     if isinstance(out.get("rows"), int):
         return out["rows"]
     return pl.scan_parquet(store.path(week, keys.raw_key(source))).select(pl.len()).collect().item()

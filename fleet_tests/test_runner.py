@@ -246,7 +246,7 @@ def test_the_status_of_an_attempt_is_that_of_the_weeks_merged_rows(home, tmp_pat
 
 def test_a_failed_refresh_keeps_the_weeks_good_rows_in_consolidation(home, tmp_path, monkeypatch):
     """The week was scraped (2 rows); `--refresh` scrapes it again and the source fails now. Its outcome is the
-    failure, but its stored rows stay in the consolidated week (listed as stale), so the next raw commit keeps them."""
+    failure, but its stored rows stay in the consolidated week (listed as kept), so the next raw commit keeps them."""
     from fleet.storage.consolidate import consolidate
 
     src = scraper(tmp_path, "flips", """
@@ -264,10 +264,14 @@ def test_a_failed_refresh_keeps_the_weeks_good_rows_in_consolidation(home, tmp_p
 
     summary = consolidate(store, WEEK, ["flips"])
     assert summary["included"] == {"flips": 2} and summary["missing"] == {}, summary
-    assert summary["stale"]["flips"]["status"] == "failed" and "the site changed" in summary["stale"]["flips"]["error"]
-    assert summary["stale"]["flips"]["rows_from_attempt"] == good.attempt
+    assert summary["kept"]["flips"]["status"] == "failed" and "the site changed" in summary["kept"]["flips"]["error"]
+    assert summary["kept"]["flips"]["rows_from_attempt"] == good.attempt
     rows = pl.read_parquet(store.path(WEEK, keys.CONSOLIDATED_KEY))
     assert rows["source"].to_list() == ["flips", "flips"] and rows["id"].to_list() == [1, 2]
+    # the week's checks count them as the consolidation does: the source is not missing from the week's data
+    from fleet.checks import week_checks
+    missing = next(c for c in week_checks(store, WEEK, ["flips"]) if c["check"] == "missing")
+    assert missing["passed"] and missing["message"] == "present: 2 rows", missing
 
 
 def test_consolidation_fsyncs_its_file_before_renaming_it_into_place(tmp_path, monkeypatch):
@@ -284,3 +288,4 @@ def test_consolidation_fsyncs_its_file_before_renaming_it_into_place(tmp_path, m
     renamed = [c[1] for c in calls if c[0] == "replace" and ".consolidated_raw_rows.parquet." in c[1]]
     assert len(renamed) == 1, calls
     assert calls.index(("fsync", renamed[0])) < calls.index(("replace", renamed[0])), calls
+

@@ -68,3 +68,33 @@ def test_processed_rows_older_than_the_raw_rows_are_not_committed(week_env):
     # made again after the consolidation: committed
     store.write_parquet(WEEK, keys.PROCESSED_KEY, pl.DataFrame({"source": ["a"] * 4, "v": [0, 1, 2, 3]}))
     assert commit_stage(s, store, WEEK, "processed", run_id="r2").status == "committed"
+
+
+def test_the_commit_message_names_sources_kept_from_an_earlier_attempt(week_env):
+    s, store, remote = week_env
+    store.write_parquet(WEEK, keys.CONSOLIDATED_KEY, pl.DataFrame({"source": ["a", "b"], "v": [1, 2]}))
+    store.write_json(WEEK, keys.CONSOLIDATED_META_KEY, {
+        "week": WEEK, "included": {"a": 1, "b": 1}, "rows": 2, "missing": {},
+        "kept": {"b": {"status": "failed", "category": "source", "error": "the site changed"}}})
+    commit_stage(s, store, WEEK, "raw", run_id="r1")
+    message = gr.log(remote)[0]["message"]
+    assert "Sources included (2): a (1 rows), b (1 rows)" in message
+    assert "with the rows of an earlier attempt this week (1): b (failed, source)" in message
+
+
+def test_post_processing_the_same_rows_twice_gives_the_same_file(week_env, tmp_path):
+    """A stable sort by source: rows keep their order within a source, so the file's bytes (what the commit
+    compares) do not change from run to run. With an unstable sort, 200k rows a source gave two different files
+    in three runs."""
+    from fleet.storage.consolidate import post_process
+
+    s, store, remote = week_env
+    n = 200_000
+    frame = pl.DataFrame({"source": ["b"] * n + ["a"] * n, "v": list(range(2 * n)),
+                          "title": [f" t {i % 977} " for i in range(2 * n)]})
+    store.write_parquet(WEEK, keys.CONSOLIDATED_KEY, frame)
+    outputs = set()
+    for _ in range(3):
+        post_process(store, WEEK)
+        outputs.add(store.path(WEEK, keys.PROCESSED_KEY).read_bytes())
+    assert len(outputs) == 1

@@ -24,9 +24,14 @@ def commit_stage(s: Settings, store: ArtifactStore, week: str, stage: str, *, ru
     summary = store.read_json(week, keys.CONSOLIDATED_META_KEY, {}) or {}
     included = summary.get("included", {})
     missing = summary.get("missing", {})
+    kept = summary.get("kept", {})
     subject = f"fleet: {stage} rows for week {week}"
     lines = [f"Week: {week}", f"Stage: {stage}", f"Run: {run_id}",
              f"Sources included ({len(included)}): " + (", ".join(f"{k} ({v} rows)" for k, v in sorted(included.items())) or "none")]
+    if kept:
+        lines.append(f"Sources whose latest attempt failed, with the rows of an earlier attempt this week ({len(kept)}): "
+                     + ", ".join(f"{k} ({v.get('status')}{', ' + v['category'] if v.get('category') else ''})"
+                                 for k, v in sorted(kept.items())))
     if missing:
         lines.append(f"Sources missing ({len(missing)}): " + ", ".join(
             f"{k} ({v.get('status')}{', ' + v['category'] if v.get('category') else ''})" for k, v in sorted(missing.items())))

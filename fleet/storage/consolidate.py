@@ -41,13 +41,13 @@ def consolidate(store: ArtifactStore, week: str, sources: list[str]) -> dict:
     """Union every successful source's raw rows for ``week`` into one file with a ``source`` column.
 
     A source whose latest attempt failed after an earlier one of the week stored rows (``fleet run --refresh``
-    against a site that is down now) keeps those rows: they are included, and listed under ``stale`` with the
+    against a site that is down now) keeps those rows: they are included, and listed under ``kept`` with the
     latest attempt's failure, which is still the source's status. Dropping them would take them out of the week's
     next raw commit.
 
-    Returns a summary: included sources with row counts, stale ones, missing sources with why, and total rows."""
+    Returns a summary: included sources with row counts, kept ones, missing sources with why, and total rows."""
     outcomes = week_outcomes(store, week, sources)
-    included, stale, missing, frames = {}, {}, {}, []
+    included, kept, missing, frames = {}, {}, {}, []
     for name, rec in sorted(outcomes.items()):  # sources in name order: the file is deterministic without a sort
         stored = store.exists(week, keys.raw_key(name))
         ok = rec.get("status") in SUCCESS and stored
@@ -56,13 +56,13 @@ def consolidate(store: ArtifactStore, week: str, sources: list[str]) -> dict:
             missing[name] = {"status": rec.get("status"), "category": rec.get("category"), "error": rec.get("error")}
             continue
         if good is not None:
-            stale[name] = {"status": rec.get("status"), "category": rec.get("category"), "error": rec.get("error"),
+            kept[name] = {"status": rec.get("status"), "category": rec.get("category"), "error": rec.get("error"),
                            "rows_from_run": good.get("run_id"), "rows_from_attempt": good.get("attempt")}
             rec = good
         included[name] = int(rec.get("rows") or 0)
         frames.append(pl.scan_parquet(store.path(week, keys.raw_key(name))).with_columns(pl.lit(name).alias("source")))
     total = sum(included.values())
-    summary = {"week": week, "included": included, "stale": stale, "missing": missing, "rows": total}
+    summary = {"week": week, "included": included, "kept": kept, "missing": missing, "rows": total}
     if total == 0:
         return summary
     lf = pl.concat(frames, how="diagonal_relaxed")
@@ -83,7 +83,7 @@ def post_process(store: ArtifactStore, week: str) -> int:
     lf = (
         lf.with_columns([pl.col(c).str.strip_chars().str.replace_all(r"\s+", " ") for c in strings])
         # the same row reported by several sources is kept once, attributed to the first source by name
-        .sort("source")
+        .sort("source", maintain_order=True)  # stable: rows keep their order within a source, so the file is too
         .unique(subset=data_cols, keep="first", maintain_order=True)
         .with_columns(
             pl.lit(week).str.to_date().alias("week"),
