@@ -289,3 +289,21 @@ def test_consolidation_fsyncs_its_file_before_renaming_it_into_place(tmp_path, m
     assert len(renamed) == 1, calls
     assert calls.index(("fsync", renamed[0])) < calls.index(("replace", renamed[0])), calls
 
+
+@pytest.mark.parametrize("config, says", [
+    ({"timeout_s": 0}, "timeout_s (run config) must be a positive, finite number of seconds, got 0"),
+    ({"timeout_s": -5}, "got -5"),
+    ({"timeout_s": float("nan")}, "got nan"),
+    ({"retry": {"attempts": 0}}, "attempts (retry_attempts) must be a whole number >= 1, got 0"),
+])
+def test_a_bad_run_config_fails_its_source_before_a_worker_is_taken(home, tmp_path, config, says):
+    """The run's own settings (RawConfig, typed in the UI's launchpad): 0 used to mean "the scraper's own limit",
+    -5 killed at once, NaN never; attempts=0 failed inside the worker. Each is the source's error now, and no
+    worker starts."""
+    src = scraper(tmp_path, "configured", "yield {'id': 1}\n")
+    store = LocalArtifactStore(home / "artifacts")
+    out = run_source(src, WEEK, store=store, run_id="test", **config)
+    assert (out.status, out.category) == ("failed", "source"), out
+    assert says in out.error and "configured" in out.error
+    assert store.read_json(WEEK, keys.outcome_key("configured"))["status"] == "failed"
+    assert not (home / "workers").exists() or not list((home / "workers").rglob("*.pid"))

@@ -20,11 +20,13 @@ from pathlib import Path
 from typing import Any
 
 from fleet.config import chromium_path, settings
-from fleet.errors import BadRowError, FleetError
+from fleet.errors import BadRowError, FleetError, ScraperDefinitionError
 from fleet.scraping import browser as shared_browser
 from fleet.scraping import pool
+from fleet.scraping.contract import check_seconds
 from fleet.scraping.discovery import Source
 from fleet.scraping.procs import PolledProcess, kill_tree
+from fleet.scraping.retry import RetryPolicy
 from fleet.scraping.slots import scrape_slot
 from fleet.storage import store as keys
 from fleet.storage.frames import build_frame, read_spool
@@ -176,8 +178,17 @@ def run_source(source: Source, week: str, *, store: ArtifactStore, run_id: str, 
         store.write_json(week, keys.outcome_key(source.name), out.to_json())
         return out
 
+    try:  # the run's own settings (RawConfig, from the UI or a schedule): refused before a worker is taken
+        timeout = (check_seconds(source.name, "timeout_s (run config)", timeout_s) if timeout_s is not None
+                   else float(source.timeout_s))
+        RetryPolicy(**(retry or {}))
+    except (ScraperDefinitionError, ValueError, TypeError) as exc:
+        msg = str(exc) if isinstance(exc, ScraperDefinitionError) else f"source {source.name}: {exc}"
+        out = Outcome(source=source.name, week=week, status="failed", category="source", error=msg, run_id=run_id)
+        store.write_json(week, keys.outcome_key(source.name), out.to_json())
+        return out
+
     s = settings()
-    timeout = float(timeout_s or source.timeout_s)
     attempt = f"{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:6]}"
     spec = {
         "source": source.name, "module_path": str(source.module_path), "class_name": source.class_name,
