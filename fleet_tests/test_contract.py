@@ -201,9 +201,10 @@ def test_a_wait_far_down_a_long_retry_is_the_cap():
     assert RetryPolicy(attempts=2000, base_wait_s=0.5, max_wait_s=10, jitter=0).wait(1500) == 10  # was OverflowError
 
 
-def test_a_bad_retry_attempts_in_the_run_config_fails_the_source_naming_both(tmp_path):
+def test_a_bad_retry_attempts_reaching_the_worker_fails_before_the_browser_is_used(tmp_path):
     """RawConfig.retry_attempts reaches the worker as spec["retry"]; 0 used to end in AssertionError('unreachable')
-    at the first transient error of ctx.goto."""
+    at the first transient error of ctx.goto. The runner refuses it before a worker is taken (test_runner's
+    test_a_bad_run_config_fails_its_source_before_a_worker_is_taken); the worker still refuses it by itself."""
     from fleet.scraping import worker
 
     (tmp_path / "one.py").write_text(GOOD.format(name="one"))
@@ -213,10 +214,7 @@ def test_a_bad_retry_attempts_in_the_run_config_fails_the_source_naming_both(tmp
             "retry": {"attempts": 0}}
     with pytest.raises(ValueError) as raised:
         asyncio.run(worker.scrape(None, spec))  # fails before it asks the browser for anything
-    result = worker.failure_result(spec, raised.value)
-    assert result["status"] == "failed" and result["category"] == "source"
-    assert result["error"] == ("source one: ValueError: retry policy: attempts (retry_attempts) must be a whole "
-                               "number >= 1, got 0")
+    assert str(raised.value) == "retry policy: attempts (retry_attempts) must be a whole number >= 1, got 0"
 
 
 @pytest.mark.parametrize("timeout", [0, -5, float("nan"), float("inf"), True, "60", None])
