@@ -165,3 +165,88 @@ def test_a_rerun_run_of_a_refreshed_week_resumes_the_crashed_attempt(fleet_env):
     assert _runs(counters, "crash_once") == 2
     outcome = json.loads((fleet_env.home / "artifacts" / WEEK / "raw" / "crash_once.outcome.json").read_text())
     assert (outcome["status"], outcome["rows"]) == ("ok", 2)
+
+
+DEAD_RUN_DIR = ROOT / "fleet_tests" / "scrapers_deadrun"
+DEAD_RUN_SCRIPT = textwrap.dedent("""
+    import json
+    import os
+    import sys
+    from dagster import AssetKey, DagsterRunStatus, execute_job, reconstructable
+    from fleet.config import settings
+    from fleet.defs import definitions as d
+    from fleet.defs.assets import artifact_store
+    from fleet.defs.automation import follow_up_request
+    from fleet.defs.instance import get_instance
+    from fleet.policy import taxonomy as tx
+    from fleet.policy.status import week_status
+    from fleet.storage import store as keys
+    from fleet.storage.consolidate import consolidate
+
+    WEEK = "%s"
+    if __name__ == "__main__":
+        instance, mode = get_instance(settings()), sys.argv[1]
+        tags = {tx.PARTITION_TAG: WEEK, **json.loads(sys.argv[2] if len(sys.argv) > 2 else "{}")}
+        if mode == "run":       # a real multiprocess run of the selected sources
+            selection = [AssetKey(["raw", n]) for n in sys.argv[3:]] or None
+            os.environ["FLEET_TEST_RUN_PID"] = str(os.getpid())  # kills_its_run's target: this process
+            result = execute_job(reconstructable(d.scrape_week_job), instance, tags=tags, asset_selection=selection)
+            print(json.dumps({"run_id": result.run_id, "success": result.success}))
+        elif mode == "follow":  # what the sensor (or fleet run) does after the run
+            store = artifact_store()
+            run = [r for r in instance.get_runs() if r.status == DagsterRunStatus.STARTED][0]
+            instance.report_run_failed(run)  # its process is gone: what run monitoring or reap_orphaned_runs do
+            run = instance.get_run_by_id(run.run_id)
+            outcomes = {s: o.status for s, o in tx.run_outcomes(instance, run).items()}
+            with_budget = tx.next_action(instance, run, 2)
+            action, request = follow_up_request(instance, run, int(os.environ["FLEET_CRASH_RERUNS"]))
+            summary = consolidate(store, WEEK, ["kills_its_run", "steady"])
+            stored = {n: store.read_json(WEEK, keys.outcome_key(n)) or {} for n in ("kills_its_run", "steady")}
+            print(json.dumps({
+                "outcomes": outcomes, "rerun_with_budget": [with_budget.kind, with_budget.sources],
+                "action": action.kind, "stored": {n: [r.get("status"), r.get("run_id")] for n, r in stored.items()},
+                "included": summary["included"], "missing": sorted(summary["missing"]),
+                "status": {r.source: [r.status, r.category, r.rows, r.attempts] for r in
+                           week_status(instance, store, WEEK, ["kills_its_run", "steady"])}}))
+""" % WEEK)
+
+
+def _dead_run_env(fleet_env, reruns):
+    d = fleet_env.tmp / "scrapers"
+    d.mkdir(exist_ok=True)
+    (d / "kills_its_run.py").write_text((DEAD_RUN_DIR / "kills_its_run.py").read_text())
+    (d / "steady.py").write_text((CRASH_DIR / "steady.py").read_text())
+    script = fleet_env.tmp / "dead_run.py"
+    script.write_text(DEAD_RUN_SCRIPT)
+    env, counters = _env(fleet_env, reruns)
+    # one step at a time, kills_its_run's first: steady's step is still waiting when the run process dies
+    env.update(FLEET_SCRAPERS_DIR=str(d), FLEET_MAX_PARALLEL="1", FLEET_STEP_HEADROOM="0")
+
+    def script_run(*args, check=True):
+        res = subprocess.run([sys.executable, str(script), *args], env=env, capture_output=True, text=True,
+                             timeout=300, cwd=fleet_env.home)
+        if check:
+            assert res.returncode == 0, res.stderr[-4000:]
+        return res
+    return script_run, counters
+
+
+def test_a_dead_run_never_costs_a_source_its_stored_rows(fleet_env):
+    """A week whose `steady` rows are stored by an earlier run; a second run's process is SIGKILLed (by
+    kills_its_run, whose own step dies with it) before steady's step starts. steady keeps its stored outcome
+    and rows: it is not re-executed, not marked failed, and consolidation takes it."""
+    script_run, counters = _dead_run_env(fleet_env, reruns=0)
+    first = json.loads(script_run("run", "{}", "steady").stdout.strip().splitlines()[-1])
+    assert first["success"]
+    killed = script_run("run", "{}", check=False)
+    assert killed.returncode == -9, killed.stderr[-3000:]   # the run process was SIGKILLed mid-run
+    assert _runs(counters, "kills_its_run") == 1
+    out = json.loads(script_run("follow").stdout.strip().splitlines()[-1])
+    assert out["outcomes"] == {"kills_its_run": "interrupted", "steady": "not started"}
+    assert out["rerun_with_budget"] == ["rerun", ["kills_its_run"]]  # N=2: only the source that crashed
+    assert out["action"] == "publish"                                 # N=0: straight to consolidation
+    assert out["stored"]["steady"] == ["ok", first["run_id"]]         # the earlier run's outcome, untouched
+    assert out["stored"]["kills_its_run"][0] == "failed"              # the crash is recorded where nothing was
+    assert out["included"] == {"steady": 3} and out["missing"] == ["kills_its_run"]
+    assert out["status"]["steady"] == ["ok", None, 3, 1]              # the not-started step is no attempt
+    assert out["status"]["kills_its_run"] == ["failed", "infra", 0, 1]

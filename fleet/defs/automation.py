@@ -34,19 +34,32 @@ def follow_up_request(instance, run, max_reruns: int):
     return action, None
 
 
-def record_crashes(run, outcomes) -> None:
-    """A crashed step wrote no outcome of its own: record it, so consolidation and commits say why the source is missing."""
+def record_crashes(run, outcomes, store=None) -> None:
+    """A crashed step wrote no outcome of its own: record it, so consolidation and commits say why the source is missing.
+
+    What is stored is kept when it is truer than "crashed in this run": a usable outcome (ok, empty or partial
+    with its rows, from an earlier run or from this step before it died: consolidation takes it, and writing
+    over it dropped committed rows from the week); any earlier outcome of a step that never started in this
+    run (the run made no attempt); and this run's own record of the infra failure (the runner's, with its
+    evidence)."""
     from fleet.defs.assets import artifact_store
     from fleet.storage import store as keys
 
     week = run.tags.get(tx.PARTITION_TAG)
-    store = artifact_store()
+    if not week:
+        return
+    store = store or artifact_store()
     for src, o in outcomes.items():
-        if o.category == "infra" and week:
-            store.write_json(week, keys.outcome_key(src), {
-                "source": src, "week": week, "status": "failed", "category": "infra", "rows": 0, "seconds": 0.0,
-                "pages": 0, "error": f"source {src}: {o.error}", "url": None, "evidence": {}, "run_id": run.run_id,
-                "attempt": None, "reused": False})
+        if o.category != "infra":
+            continue
+        stored = store.read_json(week, keys.outcome_key(src))
+        if stored and (tx.usable_outcome(store, week, src) is not None or o.status == "not started"
+                       or (stored.get("run_id") == run.run_id and stored.get("category") == "infra")):
+            continue
+        store.write_json(week, keys.outcome_key(src), {
+            "source": src, "week": week, "status": "failed", "category": "infra", "rows": 0, "seconds": 0.0,
+            "pages": 0, "error": f"source {src}: {o.error}", "url": None, "evidence": {}, "run_id": run.run_id,
+            "attempt": None, "reused": False})
 
 
 def _follow(context: RunStatusSensorContext):

@@ -41,7 +41,9 @@ def week_status(instance: DagsterInstance, store: ArtifactStore, week: str, sour
                                     float(stored.get("seconds") or 0), 0, stored.get("error")))
             continue
         last = steps[-1]
-        if last.status == "succeeded":
+        # a source whose stored outcome is usable keeps it through a later run's crash (fleet/defs/automation.py)
+        kept = last.status != "succeeded" and last.category == "infra" and tx.usable_outcome(store, week, src) is not None
+        if last.status == "succeeded" or kept:
             status, category, error = stored.get("status", "ok"), None, stored.get("error") if stored.get("status") == "partial" else None
         elif last.category == "infra":
             status, category, error = "failed", "infra", last.error
@@ -49,12 +51,15 @@ def week_status(instance: DagsterInstance, store: ArtifactStore, week: str, sour
             status = last.metadata.get("fleet/status") or stored.get("status") or "failed"
             category, error = last.category, last.error
         note = ""
+        tried = [s for s in steps if s.status != "not started"]  # a step that never started made no attempt
         # each in-run retry followed a crash; so did every run whose step ended as infra
-        attempts = sum(1 + s.retries for s in steps)
-        crashed = sum(s.retries for s in steps) + sum(1 for s in steps if s.category == "infra")
-        if last.status == "succeeded" and crashed:
+        attempts = sum(1 + s.retries for s in tried)
+        crashed = sum(s.retries for s in tried) + sum(1 for s in tried if s.category == "infra")
+        if kept:
+            note = f"kept the stored rows of run {stored.get('run_id')}; the last run's step {last.status}: {last.error}"
+        elif last.status == "succeeded" and crashed:
             note = f"recovered from infra failure on attempt {attempts}"
-        elif last.category == "infra" and crashed == attempts:
+        elif last.category == "infra" and attempts and crashed == attempts:
             note = f"infra failure on all {attempts} attempts"
         rows = int(stored.get("rows") or 0) if status in ("ok", "partial", "empty") else 0
         out.append(SourceStatus(src, status, category, rows, float(stored.get("seconds") or 0), attempts, error, note))

@@ -7,6 +7,9 @@ spent in the run count against the same budget of N. One policy, two drivers: th
 ``fleet run`` both call :func:`next_action`.
 ``infra``  the step's process died without reporting, never finished, never started in a failed run, or the browser crashed.
 ``source`` the scraper reported a failure: its exception, its timeout, bad rows, navigation after retries.
+A source whose stored outcome is usable (ok, empty or partial, with its rows stored: :func:`usable_outcome`) is
+not a crash to repair: a step of it that never started, or died after storing its result, is not rerun, and its
+outcome is never overwritten with a crash (fleet/defs/automation.py), so the week keeps its rows.
 """
 from __future__ import annotations
 
@@ -14,6 +17,9 @@ import dataclasses
 from typing import Iterable
 
 from dagster import AssetKey, DagsterEventType, DagsterInstance, DagsterRunStatus, RunsFilter
+
+from fleet.config import settings
+from fleet.storage import store as keys
 
 RAW_PREFIX = "raw__"
 PUBLISH_STEP = "consolidated_raw_rows"
@@ -25,6 +31,7 @@ TAG_RECOVERS = "fleet/recovers"
 TAG_FAILURE = "fleet/failure"    # infra | source | mixed
 TAG_DRIVER = "fleet/driver"      # cli when fleet run drives the policy itself
 PARTITION_TAG = "dagster/partition"
+USABLE_STATUSES = ("ok", "empty", "partial")  # what consolidation takes, when the rows are stored
 
 
 @dataclasses.dataclass
@@ -138,18 +145,44 @@ def reruns_done(instance: DagsterInstance, week: str, source: str) -> int:
     return sum(1 for r in runs if r.asset_selection and key in r.asset_selection)
 
 
+def usable_outcome(store, week: str, source: str) -> dict | None:
+    """The source's stored outcome for ``week`` if consolidation takes it (ok, empty or partial, with its rows
+    stored), else None."""
+    rec = store.read_json(week, keys.outcome_key(source)) or {}
+    if rec.get("status") in USABLE_STATUSES and store.exists(week, keys.raw_key(source)):
+        return rec
+    return None
+
+
+def _asks_to_replace(run, source: str, stored: dict) -> bool:
+    """Whether ``run`` was asked to scrape ``source`` again over its stored outcome (``--refresh``, or
+    ``--deep`` over a shallow artifact), so a crash of its step leaves that request undone."""
+    config = ((run.run_config or {}).get("ops", {}).get(f"{RAW_PREFIX}{source}") or {}).get("config") or {}
+    return bool(config.get("refresh")) or (bool(config.get("deep")) and not stored.get("deep", False))
+
+
+def settled(store, run, source: str) -> bool:
+    """A source of ``run`` that needs no crash re-execution whatever its step did: its stored outcome is usable,
+    and either ``run`` stored it or ``run`` was not asked to replace it (a rerun would only reuse it)."""
+    stored = usable_outcome(store, run.tags.get(PARTITION_TAG), source)
+    return stored is not None and (stored.get("run_id") == run.run_id or not _asks_to_replace(run, source, stored))
+
+
 def published_in(instance: DagsterInstance, run) -> bool:
     records = instance.all_logs(run.run_id, of_type={DagsterEventType.STEP_SUCCESS})
     return any(r.dagster_event.step_key == PUBLISH_STEP for r in records)
 
 
-def next_action(instance: DagsterInstance, run, max_reruns: int, outcomes: dict | None = None) -> Action:
-    """What should follow a finished run: re-execute its crashed sources (bounded), publish the week, or nothing."""
+def next_action(instance: DagsterInstance, run, max_reruns: int, outcomes: dict | None = None, store=None) -> Action:
+    """What should follow a finished run: re-execute its crashed sources (bounded), publish the week, or nothing.
+    A :func:`settled` source is not re-executed."""
     week = run.tags.get(PARTITION_TAG)
     outcomes = run_outcomes(instance, run) if outcomes is None else outcomes
     if not week or not outcomes:
         return Action("none", week, reason="not a scrape run")
-    crashed = sorted(s for s, o in outcomes.items() if o.category == "infra")
+    if store is None:
+        store = keys.LocalArtifactStore(settings().store_root)
+    crashed = sorted(s for s, o in outcomes.items() if o.category == "infra" and not settled(store, run, s))
     done = {s: reruns_done(instance, week, s) + outcomes[s].retries for s in crashed}
     eligible = [s for s in crashed if done[s] < max_reruns]
     exhausted = [s for s in crashed if s not in eligible]
