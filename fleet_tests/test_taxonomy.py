@@ -176,7 +176,7 @@ DEAD_RUN_SCRIPT = textwrap.dedent("""
     from fleet.config import settings
     from fleet.defs import definitions as d
     from fleet.defs.assets import artifact_store
-    from fleet.defs.automation import follow_up_request
+    from fleet.defs.automation import follow_up_request, reap_dead_run
     from fleet.defs.instance import get_instance
     from fleet.policy import taxonomy as tx
     from fleet.policy.status import week_status
@@ -195,7 +195,8 @@ DEAD_RUN_SCRIPT = textwrap.dedent("""
         elif mode == "follow":  # what the sensor (or fleet run) does after the run
             store = artifact_store()
             run = [r for r in instance.get_runs() if r.status == DagsterRunStatus.STARTED][0]
-            instance.report_run_failed(run)  # its process is gone: what run monitoring or reap_orphaned_runs do
+            claimed = [c.run_id for c in instance.event_log_storage.get_concurrency_info("scrapers").claimed_slots]
+            reap_dead_run(instance, run, "its process is gone")  # what `fleet run` does with a run left behind
             run = instance.get_run_by_id(run.run_id)
             outcomes = {s: o.status for s, o in tx.run_outcomes(instance, run).items()}
             with_budget = tx.next_action(instance, run, 2)
@@ -203,6 +204,8 @@ DEAD_RUN_SCRIPT = textwrap.dedent("""
             summary = consolidate(store, WEEK, ["kills_its_run", "steady"])
             stored = {n: store.read_json(WEEK, keys.outcome_key(n)) or {} for n in ("kills_its_run", "steady")}
             print(json.dumps({
+                "claimed": [r == run.run_id for r in claimed],
+                "claimed_after": len(instance.event_log_storage.get_concurrency_info("scrapers").claimed_slots),
                 "outcomes": outcomes, "rerun_with_budget": [with_budget.kind, with_budget.sources],
                 "action": action.kind, "stored": {n: [r.get("status"), r.get("run_id")] for n, r in stored.items()},
                 "included": summary["included"], "missing": sorted(summary["missing"]),
@@ -242,6 +245,7 @@ def test_a_dead_run_never_costs_a_source_its_stored_rows(fleet_env):
     assert killed.returncode == -9, killed.stderr[-3000:]   # the run process was SIGKILLed mid-run
     assert _runs(counters, "kills_its_run") == 1
     out = json.loads(script_run("follow").stdout.strip().splitlines()[-1])
+    assert out["claimed"] == [True] and out["claimed_after"] == 0     # the dead step's pool slot is given back
     assert out["outcomes"] == {"kills_its_run": "interrupted", "steady": "not started"}
     assert out["rerun_with_budget"] == ["rerun", ["kills_its_run"]]  # N=2: only the source that crashed
     assert out["action"] == "publish"                                 # N=0: straight to consolidation

@@ -62,6 +62,19 @@ def record_crashes(run, outcomes, store=None) -> None:
             "attempt": None, "reused": False})
 
 
+def reap_dead_run(instance, run, reason: str) -> None:
+    """Mark ``run``, whose process is gone (kill -9, a reboot), failed, and give back the pool slots its steps held.
+
+    ``report_run_failed`` alone leaves the steps' claims on the ``scrapers`` pool in place: Dagster frees a
+    run's slots when its own process ends them, or from the daemon long after the run ended (never under
+    ``fleet run``), so every later step of any week waited "blocked by limit for pool scrapers" behind a dead
+    run's claims. A step process of the dead run that still lives loses its claim; fleet's own scrape slots
+    (fleet/scraping/slots.py) still cap what scrapes at once."""
+    if not run.is_finished:
+        instance.report_run_failed(run, reason)
+    instance.event_log_storage.free_concurrency_slots_for_run(run.run_id)
+
+
 def _follow(context: RunStatusSensorContext):
     run = context.dagster_run
     if run.tags.get(tx.TAG_DRIVER) == "cli":
