@@ -211,10 +211,24 @@ DEAD_RUN_SCRIPT = textwrap.dedent("""
                 "included": summary["included"], "missing": sorted(summary["missing"]),
                 "status": {r.source: [r.status, r.category, r.rows, r.attempts] for r in
                            week_status(instance, store, WEEK, ["kills_its_run", "steady"])}}))
+        elif mode == "policy":  # the policy after the week's last run, and the rerun it asks for, executed
+            run = sorted(instance.get_run_records(), key=lambda r: r.create_timestamp)[-1].dagster_run
+            action, request = follow_up_request(instance, run, int(os.environ["FLEET_CRASH_RERUNS"]))
+            out = {"action": action.kind, "sources": action.sources, "exhausted": action.exhausted,
+                   "tags": dict(request.tags) if request else None}
+            if action.kind == "rerun":
+                result = execute_job(reconstructable(d.scrape_week_job), instance, run_config=request.run_config,
+                                     tags={tx.PARTITION_TAG: WEEK, **request.tags},
+                                     asset_selection=request.asset_selection)
+                out["rerun"] = {s: [o.status, o.retries, o.error] for s, o in tx.run_outcomes(instance, instance.get_run_by_id(result.run_id)).items()}
+            out["spent"] = tx.crash_reexecutions(instance, WEEK)
+            out["status"] = {r.source: [r.status, r.category, r.attempts, r.note] for r in
+                             week_status(instance, artifact_store(), WEEK, ["kills_its_run"])}
+            print(json.dumps(out))
 """ % WEEK)
 
 
-def _dead_run_env(fleet_env, reruns):
+def _dead_run_env(fleet_env, reruns, then="ok"):
     d = fleet_env.tmp / "scrapers"
     d.mkdir(exist_ok=True)
     (d / "kills_its_run.py").write_text((DEAD_RUN_DIR / "kills_its_run.py").read_text())
@@ -223,7 +237,7 @@ def _dead_run_env(fleet_env, reruns):
     script.write_text(DEAD_RUN_SCRIPT)
     env, counters = _env(fleet_env, reruns)
     # one step at a time, kills_its_run's first: steady's step is still waiting when the run process dies
-    env.update(FLEET_SCRAPERS_DIR=str(d), FLEET_MAX_PARALLEL="1", FLEET_STEP_HEADROOM="0")
+    env.update(FLEET_SCRAPERS_DIR=str(d), FLEET_MAX_PARALLEL="1", FLEET_STEP_HEADROOM="0", FLEET_TEST_THEN=then)
 
     def script_run(*args, check=True):
         res = subprocess.run([sys.executable, str(script), *args], env=env, capture_output=True, text=True,
@@ -254,3 +268,38 @@ def test_a_dead_run_never_costs_a_source_its_stored_rows(fleet_env):
     assert out["included"] == {"steady": 3} and out["missing"] == ["kills_its_run"]
     assert out["status"]["steady"] == ["ok", None, 3, 1]              # the not-started step is no attempt
     assert out["status"]["kills_its_run"] == ["failed", "infra", 0, 1]
+
+
+def test_the_crash_budget_is_per_week_across_runs(fleet_env):
+    """N=2 re-executions of a crashed source per week, however they come: its first run's process dies with
+    it (SIGKILL), the sensor's rerun run crashes it again and its in-run retry crashes it once more, and the
+    next retry is refused; so is a second run's retry. Before, the rerun run had N retries of its own (4
+    executions) and every later run of the week N more."""
+    script_run, counters = _dead_run_env(fleet_env, reruns=2, then="crash")
+    killed = script_run("run", json.dumps({"fleet/kind": "scrape"}), "kills_its_run", check=False)
+    assert killed.returncode == -9, killed.stderr[-3000:]
+    assert _runs(counters, "kills_its_run") == 1
+    reaped = json.loads(script_run("follow").stdout.strip().splitlines()[-1])  # marks the dead run failed
+    assert reaped["outcomes"] == {"kills_its_run": "interrupted"}
+    assert reaped["claimed"] == [True] and reaped["claimed_after"] == 0  # the dead step's pool slot is given back
+
+    out = json.loads(script_run("policy").stdout.strip().splitlines()[-1])
+    assert out["action"] == "rerun" and out["sources"] == ["kills_its_run"] and out["tags"]["fleet/attempt"] == "2"
+    assert _runs(counters, "kills_its_run") == 3    # 1 + N: the rerun run's start and one in-run retry
+    status, retries, error = out["rerun"]["kills_its_run"]
+    assert (status, retries) == ("failed", 2)      # its second retry started, and was refused
+    assert error.startswith("[infra] crash budget exhausted (2 re-executions this week)"), error
+    assert out["spent"] == {"kills_its_run": 3}    # the rerun, two retries (the last one refused)
+
+    out = json.loads(script_run("policy").stdout.strip().splitlines()[-1])
+    assert out["action"] == "publish" and out["exhausted"] == ["kills_its_run"]
+    assert out["status"]["kills_its_run"][:3] == ["failed", "infra", 3]
+    assert "infra failure on all 3 attempts" in out["status"]["kills_its_run"][3]
+
+    # a second run of the week (as `fleet run` starts one): its first attempt scrapes, its retry is refused
+    again = json.loads(script_run("run", json.dumps({"fleet/kind": "scrape"}), "kills_its_run").stdout.strip().splitlines()[-1])
+    assert not again["success"]
+    assert _runs(counters, "kills_its_run") == 4
+    out = json.loads(script_run("policy").stdout.strip().splitlines()[-1])
+    assert out["action"] == "publish" and out["exhausted"] == ["kills_its_run"]
+    assert out["spent"] == {"kills_its_run": 4}

@@ -118,8 +118,21 @@ def crash_retry_policy() -> RetryPolicy:
 
     The multiprocess executor applies an asset's retry policy when the step's process dies (SIGKILL, OOM), so the
     crashed source starts again while the rest of the week goes on; a rerun run after the week would cost a
-    second pass. A source failure never reaches it: the asset raises ``Failure(allow_retries=False)`` for those."""
+    second pass. A source failure never reaches it: the asset raises ``Failure(allow_retries=False)`` for those.
+    The policy is the same N in every run; what bounds a source's re-executions over the week (a rerun run's
+    retries, a second run of the week) is the raw asset's budget check (``check_crash_budget``)."""
     return RetryPolicy(max_retries=settings().crash_reruns, delay=1, backoff=Backoff.EXPONENTIAL)
+
+
+def check_crash_budget(context, source: str) -> None:
+    """Refuse a re-execution of ``source`` beyond the week's crash budget (taxonomy.budget_exhausted), before it
+    takes a scrape slot: ``Failure(allow_retries=False)``, category infra, tagged ``fleet/budget``."""
+    refused = tx.budget_exhausted(context.instance, context.run, source, context.retry_number, settings().crash_reruns)
+    if refused:
+        context.log.warning(f"[run {context.run_id}] [{source}] {refused}")
+        raise Failure(description=f"[infra] {refused}",
+                      metadata={"fleet/status": "failed", "fleet/category": "infra", tx.BUDGET_TAG: "exhausted"},
+                      allow_retries=False)
 
 
 def _raw_compute(source: Source):
@@ -128,6 +141,7 @@ def _raw_compute(source: Source):
     def _raw(context: AssetExecutionContext):
         config = RawConfig(**context.op_config)
         week = context.partition_key
+        check_crash_budget(context, source.name)
         store = artifact_store()
         # A crash's re-execution (in the run, or a rerun run of the sensors or `fleet run`) carries the first
         # attempt's config: its `refresh` must not clear what the crashed attempt left to resume from.

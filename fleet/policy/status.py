@@ -52,9 +52,11 @@ def week_status(instance: DagsterInstance, store: ArtifactStore, week: str, sour
             category, error = last.category, last.error
         note = ""
         tried = [s for s in steps if s.status != "not started"]  # a step that never started made no attempt
-        # each in-run retry followed a crash; so did every run whose step ended as infra
-        attempts = sum(1 + s.retries for s in tried)
-        crashed = sum(s.retries for s in tried) + sum(1 for s in tried if s.category == "infra")
+        # each in-run retry followed a crash; so did every run whose step ended as infra, except for an execution
+        # the crash budget refused (it neither scraped nor crashed: fleet/defs/assets.py check_crash_budget)
+        refused = sum(1 for s in tried if s.metadata.get(tx.BUDGET_TAG))
+        attempts = sum(1 + s.retries for s in tried) - refused
+        crashed = sum(s.retries for s in tried) + sum(1 for s in tried if s.category == "infra") - refused
         if kept:
             note = f"kept the stored rows of run {stored.get('run_id')}; the last run's step {last.status}: {last.error}"
         elif last.status == "succeeded" and crashed:

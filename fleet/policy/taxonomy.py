@@ -2,9 +2,12 @@
 
 A crashed source step is first re-executed inside its run by the executor (the raw assets' retry policy,
 fleet/defs/assets.py). What is left after the run, for example steps interrupted when the run's own process
-died, is handled by :func:`next_action`. It re-executes crashed sources in a new run, and the retries already
-spent in the run count against the same budget of N. One policy, two drivers: the run-status sensor and
-``fleet run`` both call :func:`next_action`.
+died, is handled by :func:`next_action`. It re-executes crashed sources in a new run. Both draw on one budget
+of N re-executions per week and source, counted by :func:`crash_reexecutions` over every run of the week:
+each in-run retry after a crash (``STEP_UP_FOR_RETRY``), and each rerun run that selected the source. The raw
+asset checks the same count when a re-execution starts and fails without retry once it is spent
+(:func:`budget_exhausted`), so neither a rerun run's own retry policy nor a second ``fleet run`` of the week
+gets N more. One policy, two drivers: the run-status sensor and ``fleet run`` both call :func:`next_action`.
 ``infra``  the step's process died without reporting, never finished, never started in a failed run, or the browser crashed.
 ``source`` the scraper reported a failure: its exception, its timeout, bad rows, navigation after retries.
 A source whose stored outcome is usable (ok, empty or partial, with its rows stored: :func:`usable_outcome`) is
@@ -138,11 +141,44 @@ def failure_tag(outcomes: Iterable[StepOutcome]) -> str | None:
     return cats.pop() if len(cats) == 1 else "mixed"
 
 
-def reruns_done(instance: DagsterInstance, week: str, source: str) -> int:
-    """How many automatic re-executions ``source`` has had for ``week``, counted across all runs."""
-    key = AssetKey(["raw", source])
-    runs = instance.get_runs(RunsFilter(tags={PARTITION_TAG: week, TAG_KIND: "rerun"}))
-    return sum(1 for r in runs if r.asset_selection and key in r.asset_selection)
+def crash_reexecutions(instance: DagsterInstance, week: str, sources: Iterable[str] | None = None) -> dict[str, int]:
+    """Per source, the re-executions after a crash it has had (or has been granted) in ``week``, over all the
+    week's runs: each ``STEP_UP_FOR_RETRY`` of its step (an in-run retry, in a run of any kind), plus each rerun
+    run whose selection holds it. This is the budget ``FLEET_CRASH_RERUNS`` bounds. A retry that is running
+    counts itself (its ``STEP_UP_FOR_RETRY`` is logged before it starts), and so does a running rerun run.
+    ``sources=None``: every source with a count."""
+    wanted = None if sources is None else set(sources)
+    counts: dict[str, int] = {s: 0 for s in wanted or ()}
+    for run in instance.get_runs(RunsFilter(tags={PARTITION_TAG: week})):
+        if run.tags.get(TAG_KIND) == "rerun":
+            for key in run.asset_selection or ():
+                src = key.path[-1] if len(key.path) == 2 and key.path[0] == "raw" else None
+                if src and (wanted is None or src in wanted):
+                    counts[src] = counts.get(src, 0) + 1
+        for rec in instance.all_logs(run.run_id, of_type=DagsterEventType.STEP_UP_FOR_RETRY):
+            src = source_of(rec.dagster_event.step_key or "")
+            if src and (wanted is None or src in wanted):
+                counts[src] = counts.get(src, 0) + 1
+    return counts
+
+
+BUDGET_TAG = "fleet/budget"  # on the Failure of a re-execution refused by budget_exhausted
+
+
+def budget_exhausted(instance: DagsterInstance, run, source: str, retry_number: int, max_reruns: int) -> str | None:
+    """Why the execution of ``source``'s step that is starting in ``run`` must not scrape, or None.
+
+    The first attempt of a run that is not a rerun is no re-execution and always goes ahead (and costs no
+    query). Any other is one of the week's :func:`crash_reexecutions`, counted with itself; beyond
+    ``max_reruns`` it is refused."""
+    if retry_number == 0 and run.tags.get(TAG_KIND) != "rerun":
+        return None
+    week = run.tags.get(PARTITION_TAG)
+    spent = crash_reexecutions(instance, week, [source])[source] if week else 0
+    if spent <= max_reruns:
+        return None
+    return (f"crash budget exhausted ({max_reruns} re-executions this week): source {source} has had the "
+            f"re-executions after a crash that FLEET_CRASH_RERUNS={max_reruns} allows for week {week}; not scraping it again")
 
 
 def usable_outcome(store, week: str, source: str) -> dict | None:
@@ -175,7 +211,9 @@ def published_in(instance: DagsterInstance, run) -> bool:
 
 def next_action(instance: DagsterInstance, run, max_reruns: int, outcomes: dict | None = None, store=None) -> Action:
     """What should follow a finished run: re-execute its crashed sources (bounded), publish the week, or nothing.
-    A :func:`settled` source is not re-executed."""
+
+    A crashed source is re-executed while its :func:`crash_reexecutions` for the week (this run's retries
+    included) are fewer than ``max_reruns``; a :func:`settled` source is not re-executed."""
     week = run.tags.get(PARTITION_TAG)
     outcomes = run_outcomes(instance, run) if outcomes is None else outcomes
     if not week or not outcomes:
@@ -183,7 +221,7 @@ def next_action(instance: DagsterInstance, run, max_reruns: int, outcomes: dict 
     if store is None:
         store = keys.LocalArtifactStore(settings().store_root)
     crashed = sorted(s for s, o in outcomes.items() if o.category == "infra" and not settled(store, run, s))
-    done = {s: reruns_done(instance, week, s) + outcomes[s].retries for s in crashed}
+    done = crash_reexecutions(instance, week, crashed)
     eligible = [s for s in crashed if done[s] < max_reruns]
     exhausted = [s for s in crashed if s not in eligible]
     if eligible:
