@@ -2,11 +2,13 @@
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 import os
 import shutil
 from pathlib import Path
 
 from fleet.errors import FleetError
+from fleet.weeks import parse_week
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 # On top of Playwright's own switches, for every Chromium fleet launches (a worker's own, or the shared one).
@@ -37,6 +39,21 @@ def env_number(name: str, default, cast=float):
 
 def _int(name: str, default: int) -> int:
     return env_number(name, default, int)
+
+
+def _start_week() -> str:
+    """``FLEET_START_WEEK`` as the partition key of its week: a Monday (2026-01-05) or an ISO week (2026-W02).
+    Any other date is refused, not moved: Dagster's weekly partitions would start on the Monday after it."""
+    raw = os.environ.get("FLEET_START_WEEK", "").strip() or "2026-01-05"
+    try:
+        return parse_week(raw).isoformat()
+    except ValueError:
+        try:
+            detail = f", a {dt.date.fromisoformat(raw):%A}"
+        except ValueError:
+            detail = ""
+        raise FleetError(f"FLEET_START_WEEK must be a Monday (2026-01-05) or an ISO week (2026-W02), "
+                         f"got {raw!r}{detail}") from None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -104,7 +121,7 @@ def settings() -> Settings:
         prefix=prefix,
         max_parallel=max_parallel,
         crash_reruns=_int("FLEET_CRASH_RERUNS", 2),
-        start_week=os.environ.get("FLEET_START_WEEK", "2026-01-05"),
+        start_week=_start_week(),
         git_token=os.environ.get("FLEET_GIT_TOKEN") or None,
         browser=browser,
         workers=workers,

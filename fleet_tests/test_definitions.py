@@ -133,3 +133,36 @@ def test_a_raw_asset_built_as_a_copy_is_the_one_asset_builds():
     with mock.patch.object(A, "raw_asset_copier", side_effect=TypeError("moved")):
         slow = A.raw_assets(sources, parts, retry)
     assert [_shape(a) for a in slow] == [_shape(a) for a in built]
+
+
+START_WEEK_PROBE = ("from fleet.defs.assets import partitions\n"
+                    "try:\n"
+                    "    print(partitions().get_first_partition_key())\n"
+                    "except Exception as exc:\n"
+                    "    print(type(exc).__name__, exc)\n")
+
+
+@pytest.mark.parametrize("value, expected", [
+    ("2026-01-05", "2026-01-05"),
+    ("2026-W02", "2026-01-05"),     # an ISO week, as `--week` takes it (README)
+    ("", "2026-01-05"),             # unset: the default
+    ("garbage", "FleetError FLEET_START_WEEK must be a Monday (2026-01-05) or an ISO week (2026-W02), got 'garbage'"),
+    # a Tuesday is refused: Dagster's weekly partitions would have started on the Monday after it (2026-01-12)
+    ("2026-01-06", "FleetError FLEET_START_WEEK must be a Monday (2026-01-05) or an ISO week (2026-W02), "
+                   "got '2026-01-06', a Tuesday"),
+])
+def test_start_week_takes_a_monday_or_an_iso_week_and_names_itself_otherwise(value, expected):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FLEET_")}
+    env["FLEET_START_WEEK"] = value
+    out = subprocess.run([sys.executable, "-c", START_WEEK_PROBE], env=env, capture_output=True, text=True, cwd=ROOT,
+                         timeout=120)
+    assert out.stdout.strip() == expected, out.stdout + out.stderr[-2000:]
+
+
+def test_fleet_run_reports_a_bad_start_week_by_name(fleet_env):
+    from fleet_tests.conftest import WEEK, run_fleet
+    res = run_fleet({**fleet_env.env, "FLEET_START_WEEK": "2026-W99"}, "run", "--week", WEEK, "--force", timeout=120)
+    assert res.returncode == 2, res.stdout[-2000:] + res.stderr[-3000:]
+    assert res.stderr.strip() == ("fleet: error: FLEET_START_WEEK must be a Monday (2026-01-05) or an ISO week "
+                                  "(2026-W02), got '2026-W99'"), res.stderr[-3000:]
+
