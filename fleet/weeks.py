@@ -42,3 +42,30 @@ def iso_label(value: str | dt.date) -> str:
 def last_complete_week(today: dt.date) -> dt.date:
     """The Monday of the last fully finished week, relative to ``today`` (used only by drivers, never by tasks)."""
     return parse_week(today) - dt.timedelta(days=7)
+
+
+def last_partition_week(now: dt.datetime | None = None) -> dt.date:
+    """The Monday of the last weekly partition: the week in progress in UTC (the partitions' ``end_offset=1``,
+    fleet/defs/assets.py), never before the first partition."""
+    now = now or dt.datetime.now(dt.timezone.utc)
+    return parse_week(now.astimezone(dt.timezone.utc).date())
+
+
+def check_week_in_partitions(week: str | dt.date, start_week: str | None = None, now: dt.datetime | None = None) -> str:
+    """The partition key of ``week``, or a FleetError when the weekly partitions do not hold it: before
+    ``FLEET_START_WEEK`` (``start_week``) or after the week in progress. Without importing Dagster; the
+    partitions definition agrees (fleet_tests/test_definitions.py)."""
+    from fleet.errors import FleetError
+
+    if start_week is None:
+        from fleet.config import settings
+        start_week = settings().start_week
+    day, first = parse_week(week), parse_week(start_week)
+    last = max(first, last_partition_week(now))
+    if day < first:
+        raise FleetError(f"week {day.isoformat()} is before the first weekly partition, {first.isoformat()} "
+                         f"(FLEET_START_WEEK); give a later week or set FLEET_START_WEEK earlier")
+    if day > last:
+        raise FleetError(f"week {day.isoformat()} has not started: the last weekly partition is {last.isoformat()}, "
+                         f"the week in progress")
+    return day.isoformat()

@@ -166,3 +166,35 @@ def test_fleet_run_reports_a_bad_start_week_by_name(fleet_env):
     assert res.stderr.strip() == ("fleet: error: FLEET_START_WEEK must be a Monday (2026-01-05) or an ISO week "
                                   "(2026-W02), got '2026-W99'"), res.stderr[-3000:]
 
+
+def test_the_weeks_in_partitions_are_dagsters(monkeypatch):
+    """weeks.check_week_in_partitions (for `--week`, without importing Dagster) holds exactly the weeks of the
+    assets' partitions definition: from FLEET_START_WEEK to the week in progress in UTC, at its edges."""
+    import datetime as dt
+
+    from dagster._core.definitions.partitions.context import partition_loading_context
+
+    from fleet.defs.assets import partitions
+    from fleet.errors import FleetError
+    from fleet.weeks import check_week_in_partitions
+
+    monkeypatch.setenv("FLEET_START_WEEK", "2026-W02")
+    utc = dt.timezone.utc
+    for now in (dt.datetime(2026, 12, 6, 23, 59, 59, tzinfo=utc), dt.datetime(2026, 12, 7, 0, 0, tzinfo=utc),
+                dt.datetime(2026, 12, 9, 12, 0, tzinfo=utc), dt.datetime(2026, 1, 7, tzinfo=utc),
+                dt.datetime(2025, 12, 31, tzinfo=utc)):
+        with partition_loading_context(now):
+            keys = set(partitions().get_partition_keys())
+        for i in range(-3, 60):
+            week = dt.date(2026, 1, 5) + dt.timedelta(weeks=i)
+            try:
+                held = check_week_in_partitions(week, now=now) == week.isoformat()
+            except FleetError:
+                held = False
+            assert held == (week.isoformat() in keys), (now, week)
+    now = dt.datetime(2026, 12, 9, tzinfo=utc)
+    with pytest.raises(FleetError, match=r"week 2025-12-29 is before the first weekly partition, 2026-01-05 \(FLEET_START_WEEK\)"):
+        check_week_in_partitions("2026-W01", now=now)
+    with pytest.raises(FleetError, match="week 2026-12-14 has not started: the last weekly partition is 2026-12-07"):
+        check_week_in_partitions("2026-W51", now=now)
+    assert check_week_in_partitions("2026-W50", now=now) == "2026-12-07"
