@@ -241,6 +241,32 @@ def deliver(alerts: list[Alert], home: Path, *, webhook: str | None = None, slac
     return sent
 
 
+def logged(home: Path, *, week: str | None = None, run_ids: Iterable[str] | None = None) -> list[dict[str, Any]]:
+    """The delivered alerts as ``alerts.jsonl`` records them (with ``sent_at``), oldest first: only those of
+    ``week`` if given, and only those raised by the runs ``run_ids`` if given (an empty list: none).
+
+    Each alert is delivered once, by the run that first found its problem, so ``run_ids`` picks what a run
+    (or a ``fleet run``'s runs) newly reported; without it a week lists every alert ever delivered for it."""
+    path = Path(home) / "alerts" / "alerts.jsonl"
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except FileNotFoundError:
+        return []
+    wanted = None if run_ids is None else set(run_ids)
+    out = []
+    for line in lines:
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            continue  # a line cut short by a crash mid-append
+        if not isinstance(rec, dict) or (week is not None and rec.get("week") != week):
+            continue
+        if wanted is not None and rec.get("run_id") not in wanted:
+            continue
+        out.append(rec)
+    return out
+
+
 def _line(alert: Alert) -> str:
     extra = []
     if alert.category:

@@ -155,3 +155,20 @@ def test_builders_and_summary():
         "(category source; last good week 2026-11-09; screenshot /s.png)",
         "[ERROR] 2026-11-16 x stale: stale: no successful week since 2026-10-26 (3 weeks) (last good week 2026-10-26)"]
     assert al.summary([]) == "no alerts"
+
+
+def test_logged_lists_the_alerts_of_given_runs_only(tmp_path):
+    """What `fleet run` prints at its end: the alerts its own runs delivered, not every alert of the week."""
+    al.deliver([make(run_id="r1"), make(source="b", run_id="r1")], tmp_path, webhook="")
+    al.deliver([make(source="c", run_id="r2"), make(source="b", run_id="r2"),  # b: already sent by r1
+                al.Alert(source="c", week="2026-11-23", check="volume", severity="WARN", category=None,
+                         message="m", evidence={}, last_good_week=None, run_id="r2")], tmp_path, webhook="")
+    with open(tmp_path / "alerts" / "alerts.jsonl", "a") as fh:
+        fh.write('{"source": "d", "week": "2026-11-16", "che')  # a line cut short by a crash
+    keys = lambda recs: [(r["source"], r["week"], r["run_id"]) for r in recs]  # noqa: E731
+    assert keys(al.logged(tmp_path, week=WEEK, run_ids=["r2"])) == [("c", WEEK, "r2")]
+    assert keys(al.logged(tmp_path, week=WEEK, run_ids=["r1"])) == [("book_prices", WEEK, "r1"), ("b", WEEK, "r1")]
+    assert keys(al.logged(tmp_path, run_ids=["r2"])) == [("c", WEEK, "r2"), ("c", "2026-11-23", "r2")]
+    assert len(al.logged(tmp_path, week=WEEK)) == 3 and al.logged(tmp_path, week=WEEK, run_ids=[]) == []
+    assert al.logged(tmp_path / "nowhere", week=WEEK) == []
+    assert all("sent_at" in r and r["message"] for r in al.logged(tmp_path))
