@@ -1,5 +1,6 @@
 """Checks and alerts over several real weeks: the demo sites change between weeks; a webhook gets one POST per problem."""
 import json
+import re
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -32,6 +33,11 @@ class Receiver:
         return sorted((p.get("source") or "-", p["week"], p["check"], p["severity"]) for p in self.posts[start:])
 
 
+def printed_alerts(stdout: str) -> list[tuple[str, str, str]]:
+    """(severity, source, check) of each alert line `fleet run` printed under "alerts for week ...":"""
+    return sorted(re.findall(r"^  (ERROR|WARN) +(\S+) +(\S+) ", stdout, re.M))
+
+
 def test_checks_alert_once_per_problem_over_real_weeks(fleet_env):
     hook = Receiver()
     state = fleet_env.tmp / "sites"
@@ -57,7 +63,9 @@ def test_checks_alert_once_per_problem_over_real_weeks(fleet_env):
         assert rot["last_good_week"] is not None and rot["evidence"] is not None
         vol = next(p for p in hook.posts if p["check"] == "volume")
         assert vol["message"] == "volume collapse: 2 rows, usual 35"  # 5% of 35, rounded up
-        assert "ERROR stocks" in res.stdout.replace("  ", " ") or "stocks" in res.stdout
+        # fleet run ends with the alerts it delivered: one line each, the same ones the webhook got
+        assert "alerts for week 2026-11-16 (" in res.stdout, res.stdout[-3000:]
+        assert printed_alerts(res.stdout) == sorted((p["severity"], p["source"] or "week", p["check"]) for p in hook.posts)
 
         n = len(hook.posts)
         assert run_fleet(env, "demo", "--week", "2026-11-16", "--force", *SOURCES).returncode == 1
