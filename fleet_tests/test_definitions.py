@@ -198,3 +198,39 @@ def test_the_weeks_in_partitions_are_dagsters(monkeypatch):
     with pytest.raises(FleetError, match="week 2026-12-14 has not started: the last weekly partition is 2026-12-07"):
         check_week_in_partitions("2026-W51", now=now)
     assert check_week_in_partitions("2026-W50", now=now) == "2026-12-07"
+
+
+SCHEDULE_PROBE = """import datetime as dt, json
+from dagster import build_schedule_context
+from fleet.config import settings
+from fleet.defs.definitions import defs
+from fleet.defs.instance import get_instance
+
+schedule = defs.get_schedule_def("weekly_fleet")
+out = {"cron": [schedule.job_name, schedule.cron_schedule, schedule.execution_timezone, str(schedule.default_status)],
+       "ticks": {}}
+with get_instance(settings()) as instance:
+    for tick in ("2026-11-23T06:00:00+00:00", "2027-01-04T06:00:00+00:00", "2026-01-12T06:00:00+00:00"):
+        context = build_schedule_context(instance=instance, scheduled_execution_time=dt.datetime.fromisoformat(tick),
+                                         repository_def=defs.get_repository_def())
+        data = schedule.evaluate_tick(context)
+        out["ticks"][tick] = [[r.partition_key, r.run_key, r.tags.get("dagster/partition"), r.tags.get("fleet/kind")]
+                              for r in data.run_requests]
+print(json.dumps(out))
+"""
+
+
+def test_the_weekly_schedule_scrapes_the_week_its_tick_ended(fleet_env):
+    """Evaluated by Dagster at a tick's time, on a real instance: Monday 06:00 UTC asks for the week that just
+    ended (the tick's own date, not the wall clock), as a partition of scrape_week, once per week (run_key)."""
+    import json
+    out = subprocess.run([sys.executable, "-c", SCHEDULE_PROBE], env=fleet_env.env, capture_output=True, text=True,
+                         cwd=fleet_env.home, timeout=120)
+    assert out.returncode == 0, out.stderr[-3000:]
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    assert got["cron"] == ["scrape_week", "0 6 * * 1", "UTC", "DefaultScheduleStatus.STOPPED"]
+    assert got["ticks"] == {
+        "2026-11-23T06:00:00+00:00": [["2026-11-16", "weekly:2026-11-16", "2026-11-16", "scrape"]],
+        "2027-01-04T06:00:00+00:00": [["2026-12-28", "weekly:2026-12-28", "2026-12-28", "scrape"]],  # ISO 2026-W53
+        "2026-01-12T06:00:00+00:00": [["2026-01-05", "weekly:2026-01-05", "2026-01-05", "scrape"]],  # the first
+    }
