@@ -4,7 +4,7 @@ A crashed source step is first re-executed inside its run by the executor (the r
 fleet/defs/assets.py). What is left after the run, for example steps interrupted when the run's own process
 died, is handled by :func:`next_action`. It re-executes crashed sources in a new run. Both draw on one budget
 of N re-executions per week and source, counted by :func:`crash_reexecutions` over every run of the week:
-each in-run retry after a crash (``STEP_UP_FOR_RETRY``), and each rerun run that selected the source. The raw
+each in-run retry after a crash that started (``STEP_RESTARTED``), and each rerun run that selected the source. The raw
 asset checks the same count when a re-execution starts and fails without retry once it is spent
 (:func:`budget_exhausted`), so neither a rerun run's own retry policy nor a second ``fleet run`` of the week
 gets N more. One policy, two drivers: the run-status sensor and ``fleet run`` both call :func:`next_action`.
@@ -44,7 +44,7 @@ class StepOutcome:
     category: str | None = None  # infra | source
     error: str | None = None
     metadata: dict = dataclasses.field(default_factory=dict)
-    retries: int = 0             # re-executions inside the run after a crash (Dagster's retry policy)
+    retries: int = 0             # re-executions inside the run after a crash that started (Dagster's retry policy)
 
 
 @dataclasses.dataclass
@@ -104,7 +104,7 @@ def planned_steps(instance: DagsterInstance, run) -> list[str]:
 def run_outcomes(instance: DagsterInstance, run) -> dict[str, StepOutcome]:
     """Per source scraped in ``run``: what happened to its step."""
     records = instance.all_logs(run.run_id, of_type={DagsterEventType.STEP_START, DagsterEventType.STEP_SUCCESS,
-                                                      DagsterEventType.STEP_FAILURE, DagsterEventType.STEP_UP_FOR_RETRY})
+                                                      DagsterEventType.STEP_FAILURE, DagsterEventType.STEP_RESTARTED})
     out: dict[str, StepOutcome] = {}
     retries: dict[str, int] = {}
     for rec in records:
@@ -112,7 +112,8 @@ def run_outcomes(instance: DagsterInstance, run) -> dict[str, StepOutcome]:
         src = source_of(ev.step_key or "")
         if src is None:
             continue
-        if ev.event_type == DagsterEventType.STEP_UP_FOR_RETRY:
+        if ev.event_type == DagsterEventType.STEP_RESTARTED:
+            # a retry that ran; one asked for (STEP_UP_FOR_RETRY) when its run was stopped never did
             retries[src] = retries.get(src, 0) + 1
         elif ev.event_type == DagsterEventType.STEP_START:
             out.setdefault(src, StepOutcome(src, "interrupted", "infra", "the step started but never finished (worker lost)"))
@@ -143,9 +144,11 @@ def failure_tag(outcomes: Iterable[StepOutcome]) -> str | None:
 
 def crash_reexecutions(instance: DagsterInstance, week: str, sources: Iterable[str] | None = None) -> dict[str, int]:
     """Per source, the re-executions after a crash it has had (or has been granted) in ``week``, over all the
-    week's runs: each ``STEP_UP_FOR_RETRY`` of its step (an in-run retry, in a run of any kind), plus each rerun
-    run whose selection holds it. This is the budget ``FLEET_CRASH_RERUNS`` bounds. A retry that is running
-    counts itself (its ``STEP_UP_FOR_RETRY`` is logged before it starts), and so does a running rerun run.
+    week's runs: each ``STEP_RESTARTED`` of its step (an in-run retry that started, in a run of any kind), plus
+    each rerun run whose selection holds it. This is the budget ``FLEET_CRASH_RERUNS`` bounds. A retry that is
+    running counts itself (the step logs ``STEP_RESTARTED`` before its compute), and so does a running rerun
+    run. A retry that was asked for (``STEP_UP_FOR_RETRY``) but never ran, because its run was stopped first,
+    spends nothing: the rerun run the sensor launches for it is that re-execution.
     ``sources=None``: every source with a count."""
     wanted = None if sources is None else set(sources)
     counts: dict[str, int] = {s: 0 for s in wanted or ()}
@@ -155,7 +158,7 @@ def crash_reexecutions(instance: DagsterInstance, week: str, sources: Iterable[s
                 src = key.path[-1] if len(key.path) == 2 and key.path[0] == "raw" else None
                 if src and (wanted is None or src in wanted):
                     counts[src] = counts.get(src, 0) + 1
-        for rec in instance.all_logs(run.run_id, of_type=DagsterEventType.STEP_UP_FOR_RETRY):
+        for rec in instance.all_logs(run.run_id, of_type=DagsterEventType.STEP_RESTARTED):
             src = source_of(rec.dagster_event.step_key or "")
             if src and (wanted is None or src in wanted):
                 counts[src] = counts.get(src, 0) + 1
