@@ -1,6 +1,9 @@
-"""The UI path: `fleet ui` (webserver + daemon) launches a scrape run in which a source's step process is SIGKILLed;
-the run re-executes that step itself, and the daemon's sensor then consolidates and commits the week — no CLI
-driving the policy."""
+"""The UI path: `fleet ui` (webserver + daemon) runs the week with no CLI driving the policy.
+
+A source's step process SIGKILLed: the run re-executes that step itself, and the daemon's sensor then
+consolidates and commits the week. The run's own process killed mid-step: the run fails, its run-failure sensor
+re-executes only the step it left behind, within the week's crash budget, then consolidates and commits."""
+import contextlib
 import os
 import signal
 import socket
@@ -19,17 +22,19 @@ def _free_port():
         return s.getsockname()[1]
 
 
-def test_daemon_sensors_recover_a_crash_and_publish_the_week(fleet_env):
+@contextlib.contextmanager
+def _ui(fleet_env, scrapers: dict, extra_env: dict):
+    """`fleet ui` on a free port with these scraper modules ({name: source file}), its daemon's sensors ticking;
+    yields (submit, instance, counters): submit() launches a scrape_week run of WEEK as the UI's button does."""
     d = fleet_env.tmp / "scrapers"
     d.mkdir()
-    for name in ("crash_once", "steady"):
-        (d / f"{name}.py").write_text((ROOT / "fleet_tests" / "scrapers_crash" / f"{name}.py").read_text())
+    for name, path in scrapers.items():
+        (d / f"{name}.py").write_text(path.read_text())
     counters = fleet_env.tmp / "counters"
     counters.mkdir()
     port = _free_port()
     env = {**fleet_env.env, "FLEET_SCRAPERS_DIR": str(d), "FLEET_TEST_COUNTER_DIR": str(counters),
-           "DAGSTER_HOME": str(fleet_env.home / "dagster")}
-    before = len(log(fleet_env.remote))
+           "DAGSTER_HOME": str(fleet_env.home / "dagster"), **extra_env}
     ui = subprocess.Popen([sys.executable, "-m", "fleet.cli", "ui", "--port", str(port), "--no-demo"], env=env,
                           cwd=fleet_env.home, stdout=open(fleet_env.tmp / "ui.log", "w"), stderr=subprocess.STDOUT,
                           start_new_session=True)
@@ -46,33 +51,89 @@ def test_daemon_sensors_recover_a_crash_and_publish_the_week(fleet_env):
 
         from dagster_graphql import DagsterGraphQLClient
         client = DagsterGraphQLClient("127.0.0.1", port_number=port)
-        client.submit_job_execution("scrape_week", tags={"dagster/partition": WEEK})
-
         os.environ["DAGSTER_HOME"] = env["DAGSTER_HOME"]
-        from dagster import DagsterEventType, DagsterInstance, DagsterRunStatus, RunsFilter
-        deadline = time.monotonic() + 300
+        from dagster import DagsterInstance
         with DagsterInstance.get() as instance:
-            while True:
-                runs = instance.get_runs(RunsFilter(tags={"dagster/partition": WEEK}))
-                kinds = {r.tags.get("fleet/kind", "ui"): r.status for r in runs}
-                if kinds.get("publish") in (DagsterRunStatus.SUCCESS, DagsterRunStatus.FAILURE):
-                    break
-                assert time.monotonic() < deadline, f"{kinds}\n" + (fleet_env.tmp / "ui.log").read_text()[-5000:]
-                time.sleep(2)
-            assert kinds["ui"] == DagsterRunStatus.SUCCESS         # crash_once was SIGKILLed and re-executed in the run
-            assert "rerun" not in kinds                            # so no second pass was needed
-            assert kinds["publish"] == DagsterRunStatus.SUCCESS
-            ui_run = next(r for r in runs if "fleet/kind" not in r.tags)
-            retried = [e.dagster_event.step_key for e in
-                       instance.all_logs(ui_run.run_id, of_type=DagsterEventType.STEP_UP_FOR_RETRY)]
-            assert retried == ["raw__crash_once"]
-        assert (counters / "crash_once").read_text() == "xx"
-        assert len(log(fleet_env.remote)) == before + 2
-        frame = committed_frame(fleet_env.remote, f"data/{WEEK}/raw.parquet")
-        assert sorted(set(frame["source"])) == ["crash_once", "steady"]
+            yield (lambda: client.submit_job_execution("scrape_week", tags={"dagster/partition": WEEK})), instance, counters
     finally:
         os.killpg(ui.pid, signal.SIGTERM)
         try:
             ui.wait(timeout=30)
         except subprocess.TimeoutExpired:
             os.killpg(ui.pid, signal.SIGKILL)
+
+
+def _wait_for_publish(fleet_env, instance, timeout=300):
+    from dagster import DagsterRunStatus, RunsFilter
+    deadline = time.monotonic() + timeout
+    while True:
+        runs = instance.get_runs(RunsFilter(tags={"dagster/partition": WEEK}))
+        kinds = sorted((r.tags.get("fleet/kind", "ui"), r.status.value) for r in runs)
+        if any(r.tags.get("fleet/kind") == "publish" and r.is_finished for r in runs):
+            return runs, kinds
+        assert time.monotonic() < deadline, f"{kinds}\n" + (fleet_env.tmp / "ui.log").read_text()[-5000:]
+        time.sleep(2)
+
+
+def test_daemon_run_reexecutes_a_crashed_step_itself_and_the_sensor_publishes(fleet_env):
+    crash = ROOT / "fleet_tests" / "scrapers_crash"
+    before = len(log(fleet_env.remote))
+    with _ui(fleet_env, {n: crash / f"{n}.py" for n in ("crash_once", "steady")}, {}) as (submit, instance, counters):
+        submit()
+        from dagster import DagsterEventType
+        runs, kinds = _wait_for_publish(fleet_env, instance)
+        # crash_once was SIGKILLed and re-executed in the run, so no second pass was needed
+        assert kinds == [("publish", "SUCCESS"), ("ui", "SUCCESS")]
+        ui_run = next(r for r in runs if "fleet/kind" not in r.tags)
+        retried = [e.dagster_event.step_key for e in
+                   instance.all_logs(ui_run.run_id, of_type=DagsterEventType.STEP_UP_FOR_RETRY)]
+        assert retried == ["raw__crash_once"]
+    assert (counters / "crash_once").read_text() == "xx"
+    assert len(log(fleet_env.remote)) == before + 2
+    frame = committed_frame(fleet_env.remote, f"data/{WEEK}/raw.parquet")
+    assert sorted(set(frame["source"])) == ["crash_once", "steady"]
+
+
+def test_daemon_sensor_reruns_only_the_step_a_dead_run_left_within_the_budget(fleet_env):
+    """FLEET_CRASH_RERUNS=2. The run's own process is stopped (SIGTERM, as a shutdown sends) while kills_its_run
+    scrapes and after steady succeeded and raises failed: Dagster interrupts the step (it asks for a retry that
+    never runs) and fails the run, which no retry policy answers. The run-failure sensor re-executes
+    kills_its_run alone; it crashes there (SIGKILL of its step), its in-run retry crashes again, and the next
+    retry, beyond the week's budget, is refused before it scrapes: 1 + N executions. The sensor then
+    consolidates and commits the week with steady. Before, the rerun run had N retries of its own (4
+    executions); counting the retry that was asked for but never ran, one re-execution was lost (2)."""
+    crash, dead = ROOT / "fleet_tests" / "scrapers_crash", ROOT / "fleet_tests" / "scrapers_deadrun"
+    go = fleet_env.tmp / "go"
+    scrapers = {"steady": crash / "steady.py", "raises": crash / "raises.py", "kills_its_run": dead / "kills_its_run.py"}
+    extra = {"FLEET_CRASH_RERUNS": "2", "FLEET_TEST_KILL_RUN": "SIGTERM", "FLEET_TEST_THEN": "crash",
+             "FLEET_TEST_KILL_WHEN": str(go)}
+    before = len(log(fleet_env.remote))
+    with _ui(fleet_env, scrapers, extra) as (submit, instance, counters):
+        submit()
+        from dagster import DagsterEventType, RunsFilter
+        deadline = time.monotonic() + 180
+        while not go.exists():  # kills_its_run is scraping; steady and raises are done: stop the run's process
+            runs = instance.get_runs(RunsFilter(tags={"dagster/partition": WEEK}))
+            ends = {(e.dagster_event.step_key, e.dagster_event.event_type_value) for r in runs for e in
+                    instance.all_logs(r.run_id, of_type={DagsterEventType.STEP_SUCCESS, DagsterEventType.STEP_FAILURE})}
+            if {("raw__steady", "STEP_SUCCESS"), ("raw__raises", "STEP_FAILURE")} <= ends \
+                    and (counters / "kills_its_run").exists():
+                go.touch()
+            assert time.monotonic() < deadline, f"{ends}\n" + (fleet_env.tmp / "ui.log").read_text()[-5000:]
+            time.sleep(0.5)
+        runs, kinds = _wait_for_publish(fleet_env, instance)
+        assert kinds == [("publish", "SUCCESS"), ("rerun", "FAILURE"), ("ui", "FAILURE")]
+        assert (counters / "kills_its_run").read_text() == "xxx"  # 1 + N, the refused retry scraped nothing
+        ui_run = next(r for r in runs if "fleet/kind" not in r.tags)
+        rerun = next(r for r in runs if r.tags.get("fleet/kind") == "rerun")
+        assert sorted(k.to_user_string() for k in rerun.asset_selection) == ["raw/kills_its_run"]  # only the crash
+        assert rerun.tags["fleet/recovers"] == ui_run.run_id and rerun.tags["fleet/attempt"] == "2"
+        assert instance.get_run_by_id(ui_run.run_id).tags["fleet/failure"] == "mixed"  # raises: source
+        failures = {e.dagster_event.step_key: e.dagster_event.step_failure_data for e in
+                    instance.all_logs(rerun.run_id, of_type=DagsterEventType.STEP_FAILURE)}
+        refused = failures["raw__kills_its_run"].user_failure_data.description
+        assert refused.startswith("[infra] crash budget exhausted (2 re-executions this week)"), refused
+    assert (counters / "raises").read_text() == "x"          # a bug is never re-executed
+    assert len(log(fleet_env.remote)) == before + 2
+    frame = committed_frame(fleet_env.remote, f"data/{WEEK}/raw.parquet")
+    assert sorted(set(frame["source"])) == ["steady"]

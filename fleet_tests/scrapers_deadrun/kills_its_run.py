@@ -18,6 +18,7 @@ class KillsItsRun(Scraper):
     ``FLEET_TEST_KILL_RUN``: ``SIGKILL`` (the run process and this step die at once, as in kill -9 or an OOM) or
     ``SIGTERM`` (the run process is told to stop, as by a shutdown; Dagster interrupts its steps and fails the
     run). The run process is ``FLEET_TEST_RUN_PID``, else the parent of the forkserver this step was forked from.
+    With ``FLEET_TEST_KILL_WHEN`` (a path) it waits for that file first, so the test decides what else is done.
     Later attempts: ``FLEET_TEST_THEN=ok`` returns two rows, ``crash`` SIGKILLs the step process."""
 
     name = "kills_its_run"
@@ -31,6 +32,9 @@ class KillsItsRun(Scraper):
         if not ctx.checkpoint.get("killed"):
             ctx.checkpoint["killed"] = True
             ctx.save_checkpoint()
+            go = os.environ.get("FLEET_TEST_KILL_WHEN")
+            while go and not os.path.exists(go) and ctx.time_left() > 5:
+                await asyncio.sleep(0.2)
             run_pid = int(os.environ.get("FLEET_TEST_RUN_PID") or _parent(_parent(ctx.step_pid)))
             sig = getattr(signal, os.environ.get("FLEET_TEST_KILL_RUN", "SIGKILL"))
             os.kill(run_pid, sig)
