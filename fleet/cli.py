@@ -15,7 +15,7 @@ from fleet.config import PROJECT_ROOT, chromium_path, scraper_dirs, settings
 from fleet.errors import FleetError
 from fleet.scraping import browser as shared_browser
 from fleet.scraping import pool
-from fleet.weeks import last_complete_week, parse_week, week_key
+from fleet.weeks import check_week_in_partitions, last_complete_week, parse_week, week_key
 
 EXIT_OK, EXIT_PARTIAL, EXIT_NOTHING = 0, 1, 2
 
@@ -26,10 +26,13 @@ def _week_option(f):
 
 
 def resolve_week(week: str | None, option: str = "--week") -> str:
+    """The partition key of ``week`` (default: the last complete week); a week the partitions do not hold (before
+    FLEET_START_WEEK, or after the week in progress) is a FleetError, which the command group prints."""
     try:
-        return week_key(week) if week else last_complete_week(dt.date.today()).isoformat()
+        w = week_key(week) if week else last_complete_week(dt.date.today()).isoformat()
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint=option) from None
+    return check_week_in_partitions(w)
 
 
 @contextlib.contextmanager
@@ -148,6 +151,7 @@ def _run_week(s, week: str, sources: tuple[str, ...], deep: tuple[str, ...], ref
         result = execute_job(reconstructable(d.scrape_week_job), instance, run_config={"ops": ops, **logging_cfg},
                              tags={**base_tags, tx.TAG_KIND: "scrape"}, asset_selection=selection)
         run = instance.get_run_by_id(result.run_id)
+        run_ids = [run.run_id]
         publish_run = None
         while True:
             action, request = follow_up_request(instance, run, s.crash_reruns)
@@ -159,13 +163,14 @@ def _run_week(s, week: str, sources: tuple[str, ...], deep: tuple[str, ...], ref
             result = execute_job(reconstructable(job), instance, run_config=cfg,
                                  tags={**base_tags, **request.tags}, asset_selection=request.asset_selection)
             run = instance.get_run_by_id(result.run_id)
+            run_ids.append(run.run_id)
             if action.kind == "publish":
                 publish_run = run
                 break
         pool.stop_prestart(prestarter)  # long done, unless the week was shorter than its start-up
         pool.stop_idle(s.home / "workers")
         shared_browser.stop_if_idle(s.browser_dir)
-        return report(instance, week, names, publish_run, echo, selected=list(sources or names))
+        return report(instance, week, names, publish_run, echo, selected=list(sources or names), run_ids=run_ids)
 
 
 def reap_orphaned_runs(instance, week: str, echo) -> None:
@@ -173,6 +178,7 @@ def reap_orphaned_runs(instance, week: str, echo) -> None:
     process is gone. Mark them failed with the reason, so they never block the week."""
     from dagster import DagsterRunStatus, RunsFilter
 
+    from fleet.defs.automation import reap_dead_run
     from fleet.policy import taxonomy as tx
 
     stuck = instance.get_runs(RunsFilter(tags={tx.PARTITION_TAG: week, tx.TAG_DRIVER: "cli"},
@@ -180,7 +186,7 @@ def reap_orphaned_runs(instance, week: str, echo) -> None:
                                                    DagsterRunStatus.NOT_STARTED]))
     for run in stuck:
         echo(f"fleet: run {run.run_id} for week {week} was left in progress by a process that is gone; marking it failed")
-        instance.report_run_failed(run)
+        reap_dead_run(instance, run, "the fleet run process died (kill -9 or reboot)")
         instance.add_run_tags(run.run_id, {"fleet/abandoned": "the fleet run process died (kill -9 or reboot)"})
 
 
@@ -211,7 +217,8 @@ def reprocess_week(week: str, echo=click.echo) -> int:
     return EXIT_NOTHING
 
 
-def report(instance, week: str, names: list[str], publish_run, echo, selected: list[str]) -> int:
+def report(instance, week: str, names: list[str], publish_run, echo, selected: list[str],
+           run_ids: list[str]) -> int:
     from dagster import DagsterEventType
 
     from fleet.defs.assets import artifact_store
@@ -234,7 +241,7 @@ def report(instance, week: str, names: list[str], publish_run, echo, selected: l
         rec = store.read_json(week, keys.commit_key(stage))
         if f"{stage}_commit" in steps_ok and rec:
             echo(f"commit {stage:<9} {rec['status']:<10} {rec['sha']}")
-    print_alerts(week, echo)
+    print_alerts(week, echo, run_ids=run_ids)
     for step, msg in failures.items():
         echo(f"FAILED {step}: {msg.splitlines()[-1] if msg else ''}", err=True)
     if "raw_commit" not in steps_ok:
@@ -248,15 +255,12 @@ def report(instance, week: str, names: list[str], publish_run, echo, selected: l
     return EXIT_OK if all(r.status == "ok" for r in rows if r.source in selected) else EXIT_PARTIAL
 
 
-def print_alerts(week: str, echo) -> None:
-    """The week's alerts, as recorded in the alert log (each was sent once)."""
-    import json
+def print_alerts(week: str, echo, run_ids: list[str] | None = None) -> None:
+    """The week's alerts that the runs ``run_ids`` delivered (each alert is delivered once, by the run that first
+    found its problem), as the alert log records them; all of the week's if ``run_ids`` is None."""
+    from fleet import alerts as alerting
 
-    log_path = settings().home / "alerts" / "alerts.jsonl"
-    if not log_path.exists():
-        return
-    lines = [json.loads(line) for line in log_path.read_text().splitlines() if line.strip()]
-    mine = [a for a in lines if a.get("week") == week]
+    mine = alerting.logged(settings().home, week=week, run_ids=run_ids)
     if mine:
         echo(f"alerts for week {week} ({len(mine)}):")
         for a in mine:

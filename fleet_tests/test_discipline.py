@@ -115,6 +115,9 @@ def test_bad_command_lines_are_one_clear_line(fleet_env):
     assert "scraping week" not in branch.stdout  # refused before anything ran
     since = run_fleet(fleet_env.env, "backfill", "--from", "2026-W99", "--to", WEEK)
     assert since.returncode == 2 and "--from" in since.stderr
+    early = run_fleet(fleet_env.env, "run", "--week", "2025-12-01", "--force")  # FLEET_START_WEEK is 2026-01-05
+    assert early.returncode == 2 and "before the first weekly partition, 2026-01-05" in early.stderr, early.stderr
+    assert "scraping week" not in early.stdout
 
 
 def test_fleet_ui_hands_its_home_to_the_dagster_it_starts(fleet_env, tmp_path, monkeypatch):

@@ -124,7 +124,7 @@ def test_refresh_clears_the_week_once_and_a_crash_re_execution_resumes(fleet_env
 
 RERUN_SCRIPT = textwrap.dedent("""
     import json
-    import os
+    import sys
     from dagster import AssetKey, DagsterEventType, execute_job, reconstructable, build_run_status_sensor_context
     from fleet.defs import definitions as d
     from fleet.defs.instance import get_instance
@@ -132,13 +132,17 @@ RERUN_SCRIPT = textwrap.dedent("""
 
     if __name__ == "__main__":
         instance = get_instance(settings())
-        # As the UI would, with refresh on: FLEET_CRASH_RERUNS=0 in this process, so the run re-executes nothing
-        # itself and the sensor's rerun run (with the same config) is the re-execution.
-        first = execute_job(reconstructable(d.scrape_week_job), instance, tags={"dagster/partition": "%s"},
-                            run_config={"ops": {"raw__crash_once": {"config": {"refresh": True}}}},
-                            asset_selection=[AssetKey(["raw", "crash_once"])])
-        os.environ["FLEET_CRASH_RERUNS"] = "2"
-        run = instance.get_run_by_id(first.run_id)
+        if sys.argv[1] == "first":
+            # As the UI would, with refresh on: FLEET_CRASH_RERUNS=0 in this process, so the run re-executes
+            # nothing itself and the sensor's rerun run (with the same config) is the re-execution.
+            first = execute_job(reconstructable(d.scrape_week_job), instance, tags={"dagster/partition": "%s"},
+                                run_config={"ops": {"raw__crash_once": {"config": {"refresh": True}}}},
+                                asset_selection=[AssetKey(["raw", "crash_once"])], raise_on_error=False)
+            print(json.dumps({"first": first.success, "run_id": first.run_id}))
+            sys.exit(0)
+        # A second process with FLEET_CRASH_RERUNS=2 (a setting is read when a process starts: the steps are
+        # forked from a server that has it): the sensor, then the rerun run it asks for.
+        run = instance.get_run_by_id(sys.argv[2])
         failure = [e for e in instance.all_logs(run.run_id, of_type=DagsterEventType.RUN_FAILURE)][0]
         sensor = [s for s in d.defs.sensors if s.name == "fleet_after_failed_run"][0]
         req = sensor(build_run_status_sensor_context(sensor_name=sensor.name, dagster_event=failure.dagster_event,
@@ -146,7 +150,7 @@ RERUN_SCRIPT = textwrap.dedent("""
         rerun = execute_job(reconstructable(d.scrape_week_job), instance, run_config=req.run_config,
                             tags={**req.tags, "dagster/partition": req.partition_key},
                             asset_selection=req.asset_selection, raise_on_error=False)
-        print(json.dumps({"first": first.success, "config": req.run_config, "rerun": rerun.success}))
+        print(json.dumps({"config": req.run_config, "rerun": rerun.success}))
 """ % WEEK)
 
 
@@ -155,11 +159,16 @@ def test_a_rerun_run_of_a_refreshed_week_resumes_the_crashed_attempt(fleet_env):
     _stale_checkpoint(fleet_env, "crash_once")
     script = fleet_env.tmp / "rerun_check.py"
     script.write_text(RERUN_SCRIPT)
-    res = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=300,
+    res = subprocess.run([sys.executable, str(script), "first"], env=env, capture_output=True, text=True,
+                         timeout=300, cwd=fleet_env.home)
+    assert res.returncode == 0, res.stderr[-4000:]
+    first = json.loads(res.stdout.strip().splitlines()[-1])
+    assert first["first"] is False
+    res = subprocess.run([sys.executable, str(script), "rerun", first["run_id"]],
+                         env={**env, "FLEET_CRASH_RERUNS": "2"}, capture_output=True, text=True, timeout=300,
                          cwd=fleet_env.home)
     assert res.returncode == 0, res.stderr[-4000:]
     out = json.loads(res.stdout.strip().splitlines()[-1])
-    assert out["first"] is False
     assert out["config"]["ops"]["raw__crash_once"]["config"]["refresh"] is True  # the rerun carries the refresh
     assert out["rerun"] is True, res.stderr[-4000:]
     assert _runs(counters, "crash_once") == 2
