@@ -45,3 +45,33 @@ def fleet_env(tmp_path):
     from fleet.scraping import browser, pool
     pool.stop(home / "workers")
     browser.stop(home / "browser")
+
+
+class Lines:
+    """A logger that keeps the lines the runner logs (``info`` only), for a test to read."""
+
+    def __init__(self):
+        self.lines = []
+
+    def info(self, line):
+        self.lines.append(line)
+
+    def __str__(self):
+        return "\n".join(self.lines)
+
+
+@pytest.fixture
+def scrape_home(tmp_path, monkeypatch):
+    """A FLEET_HOME and no other FLEET_ setting, for tests that call the runner and the pool directly; the warm
+    workers and the shared browser they leave are stopped afterwards."""
+    from fleet.scraping import browser, pool
+
+    home = tmp_path / "home"
+    home.mkdir()
+    for name in list(os.environ):
+        if name.startswith("FLEET_"):
+            monkeypatch.delenv(name)
+    monkeypatch.setenv("FLEET_HOME", str(home))
+    yield home
+    pool.stop(home / "workers")
+    browser.stop(home / "browser")

@@ -16,33 +16,15 @@ from fleet.scraping.discovery import discover
 from fleet.scraping.procs import alive, descendants
 from fleet.scraping.runner import run_source
 from fleet.storage.store import LocalArtifactStore, outcome_key, raw_key
-from fleet_tests.conftest import ROOT, WEEK
+from fleet_tests.conftest import ROOT, WEEK, Lines
 
 SCRAPERS = ROOT / "fleet_tests" / "scrapers_pool"
 
 
-class Lines:
-    def __init__(self):
-        self.lines = []
-
-    def info(self, line):
-        self.lines.append(line)
-
-    def __str__(self):
-        return "\n".join(self.lines)
-
-
 @pytest.fixture
-def home(tmp_path, monkeypatch):
-    home = tmp_path / "home"
-    home.mkdir()
-    for name in list(os.environ):
-        if name.startswith("FLEET_"):
-            monkeypatch.delenv(name)
-    monkeypatch.setenv("FLEET_HOME", str(home))
+def home(scrape_home, tmp_path, monkeypatch):
     monkeypatch.setenv("FLEET_TEST_COUNTER_DIR", str(tmp_path))
-    yield home
-    pool.stop(home / "workers")
+    return scrape_home
 
 
 def _run(home, name, log=None):

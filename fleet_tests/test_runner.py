@@ -7,7 +7,6 @@ import textwrap
 import polars as pl
 import pytest
 
-from fleet.scraping import browser, pool
 from fleet.scraping.discovery import discover
 from fleet.scraping.runner import run_source
 from fleet.storage import store as keys
@@ -17,28 +16,9 @@ from fleet_tests.conftest import WEEK
 HEADER = "import asyncio, os, time\nimport polars as pl\nfrom fleet import Scraper\n"
 
 
-class Lines:
-    def __init__(self):
-        self.lines = []
-
-    def info(self, line):
-        self.lines.append(line)
-
-    def __str__(self):
-        return "\n".join(self.lines)
-
-
 @pytest.fixture
-def home(tmp_path, monkeypatch):
-    home = tmp_path / "home"
-    home.mkdir()
-    for name in list(os.environ):
-        if name.startswith("FLEET_"):
-            monkeypatch.delenv(name)
-    monkeypatch.setenv("FLEET_HOME", str(home))
-    yield home
-    pool.stop(home / "workers")
-    browser.stop(home / "browser")
+def home(scrape_home):
+    return scrape_home
 
 
 def scraper(tmp_path, name: str, scrape: str, *, timeout_s: float = 30, schema: str = '{"id": pl.Int64}',
