@@ -70,6 +70,7 @@ class Settings:
     workers: str = "warm"       # warm: workers keep Playwright and a browser between sources; fresh: one per attempt
     compute_logs: bool = False  # Dagster's per-step stdout/stderr capture (tail -F + 2 watcher interpreters per step)
     step_headroom: int = 0      # source steps in flight beyond max_parallel (fleet/scraping/slots.py)
+    run_monitor_s: int = 30     # how often the daemon checks that started runs' workers live (fleet/defs/launcher.py)
 
     @property
     def steps_in_flight(self) -> int:
@@ -128,6 +129,7 @@ def settings() -> Settings:
         compute_logs=os.environ.get("FLEET_COMPUTE_LOGS", "0") == "1",
         # half a wave: 4, 5 and 10 of headroom at a cap of 10 measured the same (BENCHMARKS.md), 2 slower
         step_headroom=_int("FLEET_STEP_HEADROOM", max(1, max_parallel // 2)),
+        run_monitor_s=max(1, _int("FLEET_RUN_MONITOR_S", 30)),
     )
 
 

@@ -32,15 +32,15 @@ def build_defs() -> Definitions:
     # before post-processing starts.
     publish_job = define_asset_job("publish_week", selection=AssetSelection.groups(PUBLISH_GROUP), partitions_def=parts,
                                    description="Consolidate, commit raw, post-process, commit processed.",
-                                   executor_def=in_process_executor)
+                                   executor_def=executor_patch.recording_worker(in_process_executor))
     sensors, schedules = build_automation(scrape_job, publish_job)
-    executor = multiprocess_executor.configured({
+    executor = executor_patch.recording_worker(multiprocess_executor.configured({
         # as many as the pool admits, so no step waits on a pool claim; max_parallel of them scrape at once
         "max_concurrent": s.steps_in_flight,
         # forkserver: each step forks from a process that has already imported and resolved fleet's definitions
         # and done Dagster's one-off storage work (fleet/defs/warm.py), instead of starting cold
         "start_method": {"forkserver": {"preload_modules": list(FORKSERVER_PRELOAD)}},
-    })
+    }))  # the run worker records itself on the run, for run monitoring (fleet/defs/launcher.py)
     return Definitions(assets=[*raw, *publish], jobs=[scrape_job, publish_job], sensors=sensors,
                        schedules=schedules, executor=executor)
 

@@ -12,6 +12,9 @@ Dagster still counts the step as running and does not start the next one. Measur
 and a busy one drains its steps' events as fast as it can handle them. What the executor does with each
 event, and the order within a step, are unchanged. It is fleet's second patch of a library (the other is in
 fleet/defs/warm.py); if Dagster's internals move, it leaves Dagster's own poll in place.
+
+:func:`recording_worker` wraps an executor definition so that the process executing a run's plan (the run
+worker) records itself on the run first (fleet/defs/launcher.py), for run monitoring to check it is alive.
 """
 from __future__ import annotations
 
@@ -75,3 +78,30 @@ def install() -> None:
         return
     cpe._poll_for_event = make_poll(tick, dead)
     cpe._fleet_poll = True
+
+
+def recording_worker(executor_def):
+    """``executor_def`` whose executor, as it starts executing a run's plan, records the process doing it as the
+    run's worker (``fleet/run_worker``, fleet/defs/launcher.py). That process is the run worker: the executor
+    runs there (under ``fleet run``, in the CLI's process), never in a step process. It is the first thing it
+    does, right after the run's RUN_START; the launcher's check allows a run that long without the tag."""
+    from dagster import ExecutorDefinition
+
+    from fleet.defs.launcher import record_run_worker
+
+    create = executor_def.executor_creation_fn
+
+    def creation_fn(init_context):
+        executor = create(init_context)
+        execute = executor.execute
+
+        def execute_recorded(plan_context, execution_plan):
+            record_run_worker(plan_context.instance, plan_context.run_id)
+            yield from execute(plan_context, execution_plan)
+
+        executor.execute = execute_recorded
+        return executor
+
+    return ExecutorDefinition(name=executor_def.name, config_schema=executor_def.config_schema,
+                              requirements=executor_def.get_requirements, executor_creation_fn=creation_fn,
+                              description=executor_def.description)

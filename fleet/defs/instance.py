@@ -50,10 +50,15 @@ telemetry:
 run_coordinator:
   module: dagster._core.run_coordinator
   class: QueuedRunCoordinator
+# DefaultRunLauncher, with a check that a started run's worker process still lives (fleet/defs/launcher.py):
+# run monitoring fails a run whose worker is gone, and the run-failure sensor follows it up
+run_launcher:
+  module: fleet.defs.launcher
+  class: FleetRunLauncher
 run_monitoring:
   enabled: true
   start_timeout_seconds: 180
-  poll_interval_seconds: 30
+  poll_interval_seconds: {s.run_monitor_s}
   max_resume_run_attempts: 0
 """
 

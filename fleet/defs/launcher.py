@@ -1,0 +1,110 @@
+"""The run launcher of fleet's instance: Dagster's DefaultRunLauncher, plus a health check of each run's worker.
+
+Under ``fleet ui`` a run executes in a worker process that the code server starts (and, under ``fleet run``,
+in the CLI's own process). While the code server that started a worker lives, it notices the worker's death
+and fails the run itself. Nobody else does: DefaultRunLauncher has no ``check_run_worker_health``, so
+run monitoring never looks at a STARTED run, and a run whose worker and code server died together (a
+``kill -9`` of ``fleet ui``, the OOM killer, a reboot) stayed STARTED forever; its run-failure sensor never
+fired, and with one run per ``dagster/partition`` at a time every later run of its week stayed queued.
+
+The worker records who it is as the run tag ``fleet/run_worker`` (:func:`record_run_worker`, called by
+fleet's executors as they start executing the plan: fleet/defs/executor.py): host, boot id, pid and the
+process's start time (``/proc/PID/stat`` field 22, in clock ticks since boot), so a pid the kernel gave
+to another process since is not taken for the worker. :meth:`FleetRunLauncher.check_run_worker_health`
+compares that with ``/proc``. Dagster's run monitoring (the daemon, every ``FLEET_RUN_MONITOR_S``) marks a
+STARTED run failed when the status is anything but RUNNING or SUCCESS, with the message given here.
+
+Imported by the daemon and the webserver when they load the instance: nothing of fleet's definitions here.
+"""
+from __future__ import annotations
+
+import json
+import os
+import socket
+import time
+
+from dagster import DefaultRunLauncher
+from dagster._core.launcher.base import CheckRunHealthResult, WorkerStatus
+
+TAG = "fleet/run_worker"
+
+
+def process_start(pid: int) -> int | None:
+    """When process ``pid`` started (clock ticks after boot, ``/proc/PID/stat`` field 22), or None when there is
+    no such process or it has exited and waits to be reaped (a zombie)."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            stat = fh.read()
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+    # the command name (field 2) is in parentheses and may hold spaces or ')': split after the last one
+    fields = stat.rsplit(")", 1)[1].split()
+    if fields[0] in ("Z", "X"):  # field 3, the state: exited
+        return None
+    return int(fields[19])  # field 22
+
+
+def boot_id() -> str:
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as fh:
+            return fh.read().strip()
+    except OSError:
+        return ""
+
+
+def identity(pid: int | None = None) -> dict:
+    """Who process ``pid`` (default: this one) is, as :data:`TAG` records it."""
+    pid = os.getpid() if pid is None else pid
+    return {"host": socket.gethostname(), "boot": boot_id(), "pid": pid, "start": process_start(pid)}
+
+
+def record_run_worker(instance, run_id: str) -> None:
+    """Record this process as the worker of run ``run_id`` (the process that executes its plan)."""
+    instance.add_run_tags(run_id, {TAG: json.dumps(identity(), sort_keys=True)})
+
+
+def worker_health(run, started_at: float | None = None, grace_s: float = 0.0) -> CheckRunHealthResult:
+    """RUNNING while the process ``run``'s :data:`TAG` names is alive, the same process (start time and boot);
+    FAILED when it is gone. Without the tag: RUNNING for ``grace_s`` after ``started_at`` (the worker
+    records itself just after the run starts), then UNKNOWN, which Dagster's run monitoring treats, like
+    FAILED, as a dead worker: every run of fleet's jobs records its worker, so a run that has none is
+    one whose worker died before doing so, or one started before fleet recorded workers."""
+    raw = run.tags.get(TAG)
+    if not raw:
+        if started_at is not None and time.time() - started_at < grace_s:
+            return CheckRunHealthResult(WorkerStatus.RUNNING, "the run's worker has not recorded itself yet")
+        return CheckRunHealthResult(WorkerStatus.UNKNOWN, f"the run's worker recorded no identity ({TAG} tag)")
+    try:
+        who = json.loads(raw)
+        pid, start, host, boot = int(who["pid"]), who.get("start"), who.get("host"), who.get("boot")
+    except (ValueError, TypeError, KeyError):
+        return CheckRunHealthResult(WorkerStatus.UNKNOWN, f"the run's {TAG} tag is unreadable: {raw!r}")
+    worker_id = f"{host}:{pid}"
+    if host != socket.gethostname():
+        return CheckRunHealthResult(WorkerStatus.UNKNOWN, f"the run's worker (pid {pid}) is on another host, {host}",
+                                    run_worker_id=worker_id)
+    if boot and boot != boot_id():
+        return CheckRunHealthResult(WorkerStatus.FAILED, f"the run's worker process (pid {pid}) is gone: "
+                                    "the machine has rebooted since it started", run_worker_id=worker_id)
+    now_start = process_start(pid)
+    if now_start is None:
+        return CheckRunHealthResult(WorkerStatus.FAILED, f"the run's worker process (pid {pid}) is gone",
+                                    run_worker_id=worker_id)
+    if start is not None and now_start != start:
+        return CheckRunHealthResult(WorkerStatus.FAILED, f"the run's worker process (pid {pid}) is gone "
+                                    f"(pid {pid} is now another process, started at tick {now_start}, "
+                                    f"not {start})", run_worker_id=worker_id)
+    return CheckRunHealthResult(WorkerStatus.RUNNING, run_worker_id=worker_id)
+
+
+class FleetRunLauncher(DefaultRunLauncher):
+    """DefaultRunLauncher (runs go to the code server), whose runs' workers Dagster's run monitoring can check."""
+
+    @property
+    def supports_check_run_worker_health(self) -> bool:
+        return True
+
+    def check_run_worker_health(self, run) -> CheckRunHealthResult:
+        record = self._instance.get_run_record_by_id(run.run_id)
+        return worker_health(run, started_at=record.start_time if record else None,
+                             grace_s=self._instance.run_monitoring_start_timeout_seconds)

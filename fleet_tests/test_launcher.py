@@ -1,0 +1,96 @@
+"""FleetRunLauncher.check_run_worker_health on fleet's instance, against real processes: the run worker a run's
+``fleet/run_worker`` tag names is alive, gone, or its pid now belongs to another process."""
+import json
+import os
+import subprocess
+import sys
+import time
+
+from dagster import job, op
+from dagster._core.launcher import WorkerStatus
+
+
+@op
+def _noop():
+    pass
+
+
+@job
+def _tiny():
+    _noop()
+
+
+def _instance(fleet_env, monkeypatch):
+    for k, v in fleet_env.env.items():
+        if k.startswith("FLEET_"):
+            monkeypatch.setenv(k, v)
+    monkeypatch.setenv("FLEET_RUN_MONITOR_S", "3")
+    from fleet.config import settings
+    from fleet.defs.instance import get_instance
+    return get_instance(settings())
+
+
+def test_check_run_worker_health_on_real_processes(fleet_env, monkeypatch):
+    from fleet.defs.launcher import TAG, FleetRunLauncher, identity, process_start
+
+    instance = _instance(fleet_env, monkeypatch)
+    assert isinstance(instance.run_launcher, FleetRunLauncher)   # what the generated dagster.yaml configures
+    assert instance.run_launcher.supports_check_run_worker_health
+    assert instance.run_monitoring_enabled and instance.run_monitoring_poll_interval_seconds == 3
+    launcher = instance.run_launcher
+
+    def health(run_id):
+        return launcher.check_run_worker_health(instance.get_run_by_id(run_id))
+
+    # tags missing: the run has no worker on record (this run never started, so no grace applies)
+    run = instance.create_run_for_job(_tiny)
+    res = health(run.run_id)
+    assert res.status == WorkerStatus.UNKNOWN and TAG in res.msg
+
+    # a real worker: a process that records itself on the run, as fleet's executors do, then waits
+    worker = subprocess.Popen(
+        [sys.executable, "-c", "import sys; from dagster import DagsterInstance; "
+         "from fleet.defs.launcher import record_run_worker; "
+         f"record_run_worker(DagsterInstance.get(), {run.run_id!r}); print('ok', flush=True); sys.stdin.read()"],
+        env={**os.environ, "PYTHONPATH": fleet_env.env["PYTHONPATH"]}, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+        text=True)
+    try:
+        assert worker.stdout.readline().strip() == "ok"
+        tag = json.loads(instance.get_run_by_id(run.run_id).tags[TAG])
+        assert tag["pid"] == worker.pid and tag["start"] == process_start(worker.pid) is not None
+        res = health(run.run_id)
+        assert res.status == WorkerStatus.RUNNING, res
+    finally:
+        worker.kill()
+    time.sleep(0.2)  # exited but not reaped: a zombie is gone too
+    assert health(run.run_id).status == WorkerStatus.FAILED
+    worker.wait()
+    res = health(run.run_id)
+    assert res.status == WorkerStatus.FAILED and res.msg == f"the run's worker process (pid {worker.pid}) is gone", res
+
+    # pid reused: the tag names a pid that lives (this process), but with another start time
+    reused = {**identity(), "start": process_start(os.getpid()) - 1}
+    instance.add_run_tags(run.run_id, {TAG: json.dumps(reused)})
+    res = health(run.run_id)
+    assert res.status == WorkerStatus.FAILED, res
+    assert res.msg.startswith(f"the run's worker process (pid {os.getpid()}) is gone (pid {os.getpid()} is now another")
+
+    # the same pid and start time: this very process is alive
+    instance.add_run_tags(run.run_id, {TAG: json.dumps(identity())})
+    assert health(run.run_id).status == WorkerStatus.RUNNING
+
+    # recorded before the last boot: gone, whatever lives at that pid now
+    instance.add_run_tags(run.run_id, {TAG: json.dumps({**identity(), "boot": "another-boot"})})
+    res = health(run.run_id)
+    assert res.status == WorkerStatus.FAILED and "rebooted" in res.msg
+
+
+def test_a_just_started_run_without_its_worker_tag_is_given_time(fleet_env, monkeypatch):
+    """The worker records itself as its executor starts, just after RUN_START: until the start timeout a
+    started run without the tag is presumed running, after it UNKNOWN (which run monitoring fails)."""
+    from fleet.defs.launcher import worker_health
+
+    instance = _instance(fleet_env, monkeypatch)
+    run = instance.create_run_for_job(_tiny)
+    assert worker_health(run, started_at=time.time() - 1, grace_s=180).status == WorkerStatus.RUNNING
+    assert worker_health(run, started_at=time.time() - 181, grace_s=180).status == WorkerStatus.UNKNOWN
