@@ -92,6 +92,11 @@ def build_automation(scrape_job, publish_job):
                        default_status=DefaultSensorStatus.RUNNING)
     def after_failed_run(context: RunStatusSensorContext):
         """Classify a failed run's steps (infra/source); re-execute crashed sources (≤ N) or consolidate the week."""
+        # A run that run monitoring failed because its worker died (fleet/defs/launcher.py) still holds its
+        # steps' claims on the scrapers pool: Dagster's daemon frees them only with free_slots_after_run_end_seconds,
+        # which fleet does not set. Give them back, as reap_dead_run does, before its follow-up asks for them. A run
+        # that failed by itself holds none (its steps gave them back as they ended).
+        context.instance.event_log_storage.free_concurrency_slots_for_run(context.dagster_run.run_id)
         return _follow(context)
 
     @run_status_sensor(run_status=DagsterRunStatus.SUCCESS, request_jobs=[scrape_job, publish_job],
