@@ -4,6 +4,7 @@ A source's step process SIGKILLed: the run re-executes that step itself, and the
 consolidates and commits the week. The run's own process killed mid-step: the run fails, its run-failure sensor
 re-executes only the step it left behind, within the week's crash budget, then consolidates and commits."""
 import contextlib
+import json
 import os
 import signal
 import socket
@@ -11,6 +12,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from types import SimpleNamespace
 
 from fleet_tests.conftest import ROOT, WEEK, committed_frame
 from fleet_tests.gitremote import log
@@ -22,45 +24,90 @@ def _free_port():
         return s.getsockname()[1]
 
 
+def _start_ui(fleet_env, env):
+    """`fleet ui` on a free port, in a session of its own, once it answers; returns (process, port)."""
+    port = _free_port()
+    ui = subprocess.Popen([sys.executable, "-m", "fleet.cli", "ui", "--port", str(port), "--no-demo"], env=env,
+                          cwd=fleet_env.home, stdout=open(fleet_env.tmp / "ui.log", "a"), stderr=subprocess.STDOUT,
+                          start_new_session=True)
+    deadline = time.monotonic() + 120
+    while True:
+        try:
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/server_info", timeout=2)
+            break
+        except OSError:
+            assert time.monotonic() < deadline, (fleet_env.tmp / "ui.log").read_text()[-3000:]
+            time.sleep(1)
+    time.sleep(10)  # let the daemon's sensors take their first tick before the run exists
+    return ui, port
+
+
+def _stop_ui(ui, sig=signal.SIGTERM):
+    os.killpg(ui.pid, sig)
+    try:
+        ui.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        os.killpg(ui.pid, signal.SIGKILL)
+        ui.wait()
+
+
 @contextlib.contextmanager
 def _ui(fleet_env, scrapers: dict, extra_env: dict):
     """`fleet ui` on a free port with these scraper modules ({name: source file}), its daemon's sensors ticking;
-    yields (submit, instance, counters): submit() launches a scrape_week run of WEEK as the UI's button does."""
+    yields (submit, instance, counters, ui): submit() launches a scrape_week run of WEEK as the UI's button does;
+    ui.crash() SIGKILLs the whole `fleet ui` (webserver, daemon, code server, the runs' workers and their steps:
+    one process group, as the OOM killer or a reboot would), ui.restart() starts it again on the same home."""
     d = fleet_env.tmp / "scrapers"
     d.mkdir()
     for name, path in scrapers.items():
         (d / f"{name}.py").write_text(path.read_text())
     counters = fleet_env.tmp / "counters"
     counters.mkdir()
-    port = _free_port()
     env = {**fleet_env.env, "FLEET_SCRAPERS_DIR": str(d), "FLEET_TEST_COUNTER_DIR": str(counters),
            "DAGSTER_HOME": str(fleet_env.home / "dagster"), **extra_env}
-    ui = subprocess.Popen([sys.executable, "-m", "fleet.cli", "ui", "--port", str(port), "--no-demo"], env=env,
-                          cwd=fleet_env.home, stdout=open(fleet_env.tmp / "ui.log", "w"), stderr=subprocess.STDOUT,
-                          start_new_session=True)
+    current = {}
+    current["ui"], current["port"] = _start_ui(fleet_env, env)
     try:
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                urllib.request.urlopen(f"http://127.0.0.1:{port}/server_info", timeout=2)
-                break
-            except OSError:
-                assert time.monotonic() < deadline, (fleet_env.tmp / "ui.log").read_text()[-3000:]
-                time.sleep(1)
-        time.sleep(10)  # let the daemon's sensors take their first tick before the run exists
-
         from dagster_graphql import DagsterGraphQLClient
-        client = DagsterGraphQLClient("127.0.0.1", port_number=port)
+
+        def submit():
+            client = DagsterGraphQLClient("127.0.0.1", port_number=current["port"])
+            return client.submit_job_execution("scrape_week", tags={"dagster/partition": WEEK})
+
+        def crash():
+            old = current.pop("ui")
+            os.killpg(old.pid, signal.SIGKILL)
+            old.wait()
+            deadline = time.monotonic() + 30
+            while _session(old.pid):  # every process of that session is gone
+                assert time.monotonic() < deadline, f"left running: {_session(old.pid)}"
+                time.sleep(0.2)
+
+        def restart():
+            current["ui"], current["port"] = _start_ui(fleet_env, env)
+
         os.environ["DAGSTER_HOME"] = env["DAGSTER_HOME"]
         from dagster import DagsterInstance
         with DagsterInstance.get() as instance:
-            yield (lambda: client.submit_job_execution("scrape_week", tags={"dagster/partition": WEEK})), instance, counters
+            yield submit, instance, counters, SimpleNamespace(crash=crash, restart=restart)
     finally:
-        os.killpg(ui.pid, signal.SIGTERM)
-        try:
-            ui.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(ui.pid, signal.SIGKILL)
+        if "ui" in current:
+            _stop_ui(current["ui"])
+
+
+def _session(sid: int) -> list[int]:
+    """The live processes of session ``sid``."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as fh:
+                    fields = fh.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[3]) == sid and fields[0] not in ("Z", "X"):  # field 6: session; field 3: state
+                found.append(int(entry))
+    return found
 
 
 def _wait_for_publish(fleet_env, instance, timeout=300):
@@ -78,7 +125,8 @@ def _wait_for_publish(fleet_env, instance, timeout=300):
 def test_daemon_run_reexecutes_a_crashed_step_itself_and_the_sensor_publishes(fleet_env):
     crash = ROOT / "fleet_tests" / "scrapers_crash"
     before = len(log(fleet_env.remote))
-    with _ui(fleet_env, {n: crash / f"{n}.py" for n in ("crash_once", "steady")}, {}) as (submit, instance, counters):
+    scrapers = {n: crash / f"{n}.py" for n in ("crash_once", "steady")}
+    with _ui(fleet_env, scrapers, {}) as (submit, instance, counters, _):
         submit()
         from dagster import DagsterEventType
         runs, kinds = _wait_for_publish(fleet_env, instance)
@@ -108,7 +156,7 @@ def test_daemon_sensor_reruns_only_the_step_a_dead_run_left_within_the_budget(fl
     extra = {"FLEET_CRASH_RERUNS": "2", "FLEET_TEST_KILL_RUN": "SIGTERM", "FLEET_TEST_THEN": "crash",
              "FLEET_TEST_KILL_WHEN": str(go)}
     before = len(log(fleet_env.remote))
-    with _ui(fleet_env, scrapers, extra) as (submit, instance, counters):
+    with _ui(fleet_env, scrapers, extra) as (submit, instance, counters, _):
         submit()
         from dagster import DagsterEventType, RunsFilter
         deadline = time.monotonic() + 180
@@ -137,3 +185,62 @@ def test_daemon_sensor_reruns_only_the_step_a_dead_run_left_within_the_budget(fl
     assert len(log(fleet_env.remote)) == before + 2
     frame = committed_frame(fleet_env.remote, f"data/{WEEK}/raw.parquet")
     assert sorted(set(frame["source"])) == ["steady"]
+
+
+def test_daemon_run_whose_worker_was_killed_is_failed_by_monitoring_and_followed_up(fleet_env):
+    """The whole `fleet ui` is SIGKILLed (one process group: the code server that started the run's worker,
+    the worker, its steps) while kills_its_run scrapes and after steady succeeded, and `fleet ui` is started
+    again. The code server that would have noticed its worker's death died with it, so the run is left
+    STARTED. Run monitoring (FLEET_RUN_MONITOR_S=2) finds the process the run's fleet/run_worker tag names
+    gone and fails the run; the run-failure sensor gives back the dead steps' pool claims and re-executes
+    kills_its_run alone (attempt 2, two rows), then consolidates and commits the week with both sources.
+    Before (DefaultRunLauncher, no worker check), the run stayed STARTED and, one run per partition, so did
+    the week: no rerun and no commit until the wait below gives up."""
+    crash, dead = ROOT / "fleet_tests" / "scrapers_crash", ROOT / "fleet_tests" / "scrapers_deadrun"
+    never = fleet_env.tmp / "never"  # kills_its_run waits for it, scraping, until the test kills everything
+    scrapers = {"steady": crash / "steady.py", "kills_its_run": dead / "kills_its_run.py"}
+    extra = {"FLEET_RUN_MONITOR_S": "2", "FLEET_TEST_KILL_WHEN": str(never), "FLEET_TEST_THEN": "ok"}
+    before = len(log(fleet_env.remote))
+    with _ui(fleet_env, scrapers, extra) as (submit, instance, counters, ui):
+        submit()
+        from dagster import DagsterEventType, DagsterRunStatus, RunsFilter
+        deadline = time.monotonic() + 120
+        while True:  # steady is done, kills_its_run is scraping
+            runs = instance.get_runs(RunsFilter(tags={"dagster/partition": WEEK}))
+            done = {e.dagster_event.step_key for r in runs
+                    for e in instance.all_logs(r.run_id, of_type=DagsterEventType.STEP_SUCCESS)}
+            if "raw__steady" in done and (counters / "kills_its_run").exists():
+                break
+            assert time.monotonic() < deadline, f"{done}\n" + (fleet_env.tmp / "ui.log").read_text()[-5000:]
+            time.sleep(0.5)
+        [ui_run] = runs
+        from fleet.defs.launcher import TAG, process_start
+        worker = json.loads(ui_run.tags[TAG])
+        started = [e.message for e in instance.all_logs(ui_run.run_id, of_type=DagsterEventType.ENGINE_EVENT)
+                   if e.message.startswith("Started process for run")]
+        assert started == [f"Started process for run (pid: {worker['pid']})."]  # the tag names the run's worker
+        claimed = {c.run_id for c in instance.event_log_storage.get_concurrency_info("scrapers").claimed_slots}
+        assert ui_run.run_id in claimed  # kills_its_run's step holds its slot
+
+        ui.crash()
+        assert process_start(worker["pid"]) is None
+        time.sleep(3)
+        assert instance.get_run_by_id(ui_run.run_id).status == DagsterRunStatus.STARTED  # nobody saw it die
+        ui.restart()
+
+        runs, kinds = _wait_for_publish(fleet_env, instance, timeout=120)
+        assert kinds == [("publish", "SUCCESS"), ("rerun", "SUCCESS"), ("ui", "FAILURE")]
+        failure = [e.message for e in instance.all_logs(ui_run.run_id, of_type=DagsterEventType.RUN_FAILURE)]
+        assert len(failure) == 1 and f"the run's worker process (pid {worker['pid']}) is gone" in failure[0], failure
+        assert "Detected run worker status FAILED" in failure[0]  # Dagster's run monitoring failed it
+        rerun = next(r for r in runs if r.tags.get("fleet/kind") == "rerun")
+        assert sorted(k.to_user_string() for k in rerun.asset_selection) == ["raw/kills_its_run"]
+        assert rerun.tags["fleet/recovers"] == ui_run.run_id and rerun.tags["fleet/attempt"] == "2"
+        assert all(TAG in r.tags for r in runs)  # every run's worker recorded itself, the publish run's too
+        claimed = {c.run_id for c in instance.event_log_storage.get_concurrency_info("scrapers").claimed_slots}
+        assert ui_run.run_id not in claimed
+    assert (counters / "kills_its_run").read_text() == "xx"
+    assert len(log(fleet_env.remote)) == before + 2
+    frame = committed_frame(fleet_env.remote, f"data/{WEEK}/raw.parquet")
+    assert sorted(set(frame["source"])) == ["kills_its_run", "steady"]
+    assert frame.filter(frame["source"] == "kills_its_run").height == 2
