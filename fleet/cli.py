@@ -90,16 +90,6 @@ def _prestart(s, week: str, sources: tuple[str, ...], deep: tuple[str, ...], ref
         return None
 
 
-def stored_complete(store, week: str, name: str, *, deep: bool = False) -> bool:
-    """Whether ``name``'s raw artifact for ``week`` is stored and complete, so its step reuses it and fetches
-    nothing (the rule of fleet/scraping/runner.py's run_source)."""
-    from fleet.storage import store as keys
-
-    previous = store.read_json(week, keys.outcome_key(name)) or {}
-    return (previous.get("status") in ("ok", "empty") and store.exists(week, keys.raw_key(name))
-            and (previous.get("deep", False) or not deep))
-
-
 def first_wave(s, week: str, sources: tuple[str, ...] = (), deep: tuple[str, ...] = (), refresh: bool = False) -> int:
     """How many warm workers the week's first wave will ask for, estimated before Dagster is imported: one per
     source that will scrape, at most ``FLEET_MAX_PARALLEL``. Each scraper module counts as a source; a source
@@ -113,7 +103,7 @@ def first_wave(s, week: str, sources: tuple[str, ...] = (), deep: tuple[str, ...
     store = keys.LocalArtifactStore(s.store_root)
 
     def reused(name: str) -> bool:
-        return not refresh and stored_complete(store, week, name, deep=name in deep)
+        return not refresh and keys.stored_complete(store, week, name, deep=name in deep) is not None
 
     if sources:
         pending = sum(1 for name in set(sources) if not reused(name))
@@ -322,7 +312,7 @@ def past_week_refusal(week: str, sources: tuple[str, ...] = (), deep: tuple[str,
 
     store = keys.LocalArtifactStore(settings().store_root)
     names = list(sources) or sorted(src.name for src in discover(scraper_dirs()))
-    fetch = names if refresh else [n for n in names if not stored_complete(store, week, n, deep=n in deep)]
+    fetch = names if refresh else [n for n in names if keys.stored_complete(store, week, n, deep=n in deep) is None]
     if not fetch:
         return None
     what = ("--refresh would scrape every source again" if refresh else

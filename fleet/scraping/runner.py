@@ -158,10 +158,8 @@ def run_source(source: Source, week: str, *, store: ArtifactStore, run_id: str, 
     ``reexecution``, the re-execution of a crashed attempt of the same request (Dagster's retry of the step, a
     rerun run), which resumes from what the crashed attempt left, as any re-execution does."""
     log_line = (log.info if log else (lambda *a: None))
-    previous = store.read_json(week, keys.outcome_key(source.name))
-    reusable = (previous and previous.get("status") in ("ok", "empty") and store.exists(week, keys.raw_key(source.name))
-                and (previous.get("deep", False) or not deep))  # a shallow artifact does not answer a deep request
-    if not refresh and reusable:
+    previous = keys.stored_complete(store, week, source.name, deep=deep)
+    if not refresh and previous is not None:
         out = Outcome(**{**previous, "reused": True, "run_id": run_id})
         log_line(f"[run {run_id}] [{source.name}] week {week} already scraped ({out.rows} rows); reusing the stored artifact")
         return out
