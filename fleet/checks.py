@@ -37,7 +37,6 @@ from fleet.storage import store as keys
 from fleet.storage.store import ArtifactStore
 
 SUCCESS_STATUSES = ("ok", "partial")          # a week that counts as history / as "last good"
-PRESENT_STATUSES = ("ok", "empty", "partial")  # a week whose artifact is consolidated (see storage.consolidate)
 HISTORY_WEEKS = 4
 MIN_HISTORY = 2
 COVERAGE_DROP = 0.20                           # more than 20 percentage points
@@ -291,13 +290,9 @@ def last_good_week(store: ArtifactStore, source: str, week: str) -> str | None:
 def _week_rows(store: ArtifactStore, week: str, source: str) -> int | None:
     """The source's rows in the week's data, by consolidation's rule: those of its latest outcome, or, when that
     failed after an earlier attempt stored rows (a failed ``--refresh``), those kept from that attempt."""
-    if not store.exists(week, keys.raw_key(source)):
+    out, _ = keys.consolidated_outcome(store, week, source)
+    if out is None:
         return None
-    out = store.read_json(week, keys.outcome_key(source)) or {}
-    if out.get("status") not in PRESENT_STATUSES:
-        out = store.read_json(week, keys.good_outcome_key(source)) or {}
-        if out.get("status") not in PRESENT_STATUSES:
-            return None
     if isinstance(out.get("rows"), int):
         return out["rows"]
     return pl.scan_parquet(store.path(week, keys.raw_key(source))).select(pl.len()).collect().item()

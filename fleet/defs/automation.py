@@ -53,7 +53,7 @@ def record_crashes(run, outcomes, store=None) -> None:
         if o.category != "infra":
             continue
         stored = store.read_json(week, keys.outcome_key(src))
-        if stored and (tx.usable_outcome(store, week, src) is not None or o.status == "not started"
+        if stored and (keys.usable_outcome(store, week, src) is not None or o.status == "not started"
                        or (stored.get("run_id") == run.run_id and stored.get("category") == "infra")):
             continue
         store.write_json(week, keys.outcome_key(src), {

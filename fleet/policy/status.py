@@ -42,7 +42,7 @@ def week_status(instance: DagsterInstance, store: ArtifactStore, week: str, sour
             continue
         last = steps[-1]
         # a source whose stored outcome is usable keeps it through a later run's crash (fleet/defs/automation.py)
-        kept = last.status != "succeeded" and last.category == "infra" and tx.usable_outcome(store, week, src) is not None
+        kept = last.status != "succeeded" and last.category == "infra" and keys.usable_outcome(store, week, src) is not None
         if last.status == "succeeded" or kept:
             status, category, error = stored.get("status", "ok"), None, stored.get("error") if stored.get("status") == "partial" else None
         elif last.category == "infra":

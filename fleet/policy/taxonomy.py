@@ -10,7 +10,7 @@ asset checks the same count when a re-execution starts and fails without retry o
 gets N more. One policy, two drivers: the run-status sensor and ``fleet run`` both call :func:`next_action`.
 ``infra``  the step's process died without reporting, never finished, never started in a failed run, or the browser crashed.
 ``source`` the scraper reported a failure: its exception, its timeout, bad rows, navigation after retries.
-A source whose stored outcome is usable (ok, empty or partial, with its rows stored: :func:`usable_outcome`) is
+A source whose stored outcome is usable (ok, empty or partial, with its rows stored: ``store.usable_outcome``) is
 not a crash to repair: a step of it that never started, or died after storing its result, is not rerun, and its
 outcome is never overwritten with a crash (fleet/defs/automation.py), so the week keeps its rows.
 """
@@ -34,7 +34,6 @@ TAG_RECOVERS = "fleet/recovers"
 TAG_FAILURE = "fleet/failure"    # infra | source | mixed
 TAG_DRIVER = "fleet/driver"      # cli when fleet run drives the policy itself
 PARTITION_TAG = "dagster/partition"
-USABLE_STATUSES = ("ok", "empty", "partial")  # what consolidation takes, when the rows are stored
 
 
 @dataclasses.dataclass
@@ -184,15 +183,6 @@ def budget_exhausted(instance: DagsterInstance, run, source: str, retry_number: 
             f"re-executions after a crash that FLEET_CRASH_RERUNS={max_reruns} allows for week {week}; not scraping it again")
 
 
-def usable_outcome(store, week: str, source: str) -> dict | None:
-    """The source's stored outcome for ``week`` if consolidation takes it (ok, empty or partial, with its rows
-    stored), else None."""
-    rec = store.read_json(week, keys.outcome_key(source)) or {}
-    if rec.get("status") in USABLE_STATUSES and store.exists(week, keys.raw_key(source)):
-        return rec
-    return None
-
-
 def _asks_to_replace(run, source: str, stored: dict) -> bool:
     """Whether ``run`` was asked to scrape ``source`` again over its stored outcome (``--refresh``, or
     ``--deep`` over a shallow artifact), so a crash of its step leaves that request undone."""
@@ -203,7 +193,7 @@ def _asks_to_replace(run, source: str, stored: dict) -> bool:
 def settled(store, run, source: str) -> bool:
     """A source of ``run`` that needs no crash re-execution whatever its step did: its stored outcome is usable,
     and either ``run`` stored it or ``run`` was not asked to replace it (a rerun would only reuse it)."""
-    stored = usable_outcome(store, run.tags.get(PARTITION_TAG), source)
+    stored = keys.usable_outcome(store, run.tags.get(PARTITION_TAG), source)
     return stored is not None and (stored.get("run_id") == run.run_id or not _asks_to_replace(run, source, stored))
 
 

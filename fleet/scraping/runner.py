@@ -32,7 +32,6 @@ from fleet.storage import store as keys
 from fleet.storage.frames import build_frame, read_spool
 from fleet.storage.store import ArtifactStore
 
-OK_STATUSES = ("ok", "empty", "partial")
 STARTUP_LIMIT_S = float(os.environ.get("FLEET_BROWSER_STARTUP_S", "90"))
 
 
@@ -55,7 +54,7 @@ class Outcome:
 
     @property
     def succeeded(self) -> bool:
-        return self.status in OK_STATUSES
+        return self.status in keys.USABLE_STATUSES
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

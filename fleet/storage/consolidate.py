@@ -25,9 +25,6 @@ def _sink(lf: pl.LazyFrame, target: Path) -> None:
         raise
 
 
-SUCCESS = ("ok", "empty", "partial")
-
-
 def week_outcomes(store: ArtifactStore, week: str, sources: list[str]) -> dict[str, dict]:
     """Each source's stored outcome for the week; a source with none is reported as not run."""
     out = {}
@@ -49,17 +46,14 @@ def consolidate(store: ArtifactStore, week: str, sources: list[str]) -> dict:
     outcomes = week_outcomes(store, week, sources)
     included, kept, missing, frames = {}, {}, {}, []
     for name, rec in sorted(outcomes.items()):  # sources in name order: the file is deterministic without a sort
-        stored = store.exists(week, keys.raw_key(name))
-        ok = rec.get("status") in SUCCESS and stored
-        good = None if ok or not stored else store.read_json(week, keys.good_outcome_key(name))
-        if not ok and not (good and good.get("status") in SUCCESS):
+        taken, from_earlier = keys.consolidated_outcome(store, week, name)
+        if taken is None:
             missing[name] = {"status": rec.get("status"), "category": rec.get("category"), "error": rec.get("error")}
             continue
-        if good is not None:
+        if from_earlier:
             kept[name] = {"status": rec.get("status"), "category": rec.get("category"), "error": rec.get("error"),
-                           "rows_from_run": good.get("run_id"), "rows_from_attempt": good.get("attempt")}
-            rec = good
-        included[name] = int(rec.get("rows") or 0)
+                          "rows_from_run": taken.get("run_id"), "rows_from_attempt": taken.get("attempt")}
+        included[name] = int(taken.get("rows") or 0)
         frames.append(pl.scan_parquet(store.path(week, keys.raw_key(name))).with_columns(pl.lit(name).alias("source")))
     total = sum(included.values())
     summary = {"week": week, "included": included, "kept": kept, "missing": missing, "rows": total}

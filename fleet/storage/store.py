@@ -121,6 +121,30 @@ def raw_key(source: str) -> str:
     return f"raw/{source}.parquet"
 
 
+USABLE_STATUSES = ("ok", "empty", "partial")  # an outcome whose stored rows consolidation takes
+
+
+def usable_outcome(store: "ArtifactStore", week: str, source: str) -> dict | None:
+    """``source``'s latest stored outcome for ``week`` if consolidation takes its rows (ok, empty or partial, with
+    the rows stored), else None."""
+    rec = store.read_json(week, outcome_key(source)) or {}
+    return rec if rec.get("status") in USABLE_STATUSES and store.exists(week, raw_key(source)) else None
+
+
+def consolidated_outcome(store: "ArtifactStore", week: str, source: str) -> tuple[dict | None, bool]:
+    """The outcome whose stored rows consolidation takes for ``source``'s week, and whether it is kept from an
+    earlier attempt: the latest outcome if usable, else, when the latest attempt failed after an earlier one
+    stored rows (a failed ``--refresh``), that attempt's (``good_outcome_key``); ``(None, False)`` when there
+    are none. The one rule for consolidation (fleet/storage/consolidate.py) and the week's checks."""
+    latest = usable_outcome(store, week, source)
+    if latest is not None:
+        return latest, False
+    if not store.exists(week, raw_key(source)):
+        return None, False
+    good = store.read_json(week, good_outcome_key(source)) or {}
+    return (good, True) if good.get("status") in USABLE_STATUSES else (None, False)
+
+
 def stored_complete(store: "ArtifactStore", week: str, source: str, *, deep: bool = False) -> dict | None:
     """The stored outcome of ``source``'s week when its raw artifact is stored and complete (ok or empty; with
     its expensive phase if ``deep`` is asked for), so a step reuses it and fetches nothing; else None. The one
