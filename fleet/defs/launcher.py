@@ -26,20 +26,16 @@ import time
 from dagster import DefaultRunLauncher
 from dagster._core.launcher.base import CheckRunHealthResult, WorkerStatus
 
+from fleet.scraping.procs import stat_fields
+
 TAG = "fleet/run_worker"
 
 
 def process_start(pid: int) -> int | None:
     """When process ``pid`` started (clock ticks after boot, ``/proc/PID/stat`` field 22), or None when there is
     no such process or it has exited and waits to be reaped (a zombie)."""
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            stat = fh.read()
-    except (FileNotFoundError, ProcessLookupError):
-        return None
-    # the command name (field 2) is in parentheses and may hold spaces or ')': split after the last one
-    fields = stat.rsplit(")", 1)[1].split()
-    if fields[0] in ("Z", "X"):  # field 3, the state: exited
+    fields = stat_fields(pid)
+    if fields is None or fields[0] in ("Z", "X"):  # field 3, the state: exited
         return None
     return int(fields[19])  # field 22
 

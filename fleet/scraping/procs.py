@@ -7,6 +7,17 @@ import subprocess
 import time
 
 
+def stat_fields(pid: int | str) -> list[str] | None:
+    """``/proc/PID/stat`` from its third field on (the state, the parent's pid, ...; ``proc(5)`` numbers them
+    from 1, so field N is ``[N - 3]`` here), or None when there is no such process. The command name (field 2) is
+    in parentheses and may hold spaces or ')', so the split is after the last one."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+
+
 def alive(pid: int) -> bool:
     """Whether ``pid`` runs (a zombie does not)."""
     try:
@@ -15,11 +26,8 @@ def alive(pid: int) -> bool:
         return False
     except PermissionError:
         return True
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
+    fields = stat_fields(pid)
+    return fields is not None and fields[0] != "Z"
 
 
 def descendants(pid: int) -> list[int]:
@@ -28,10 +36,10 @@ def descendants(pid: int) -> list[int]:
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
+        fields = stat_fields(entry)
         try:
-            with open(f"/proc/{entry}/stat") as fh:
-                ppid = int(fh.read().rsplit(")", 1)[1].split()[1])
-        except (OSError, IndexError, ValueError):
+            ppid = int(fields[1])
+        except (TypeError, IndexError, ValueError):
             continue
         children.setdefault(ppid, []).append(int(entry))
     out, todo = [], [pid]

@@ -5,11 +5,11 @@ import signal
 import polars as pl
 
 from fleet import Scraper
+from fleet.scraping.procs import stat_fields
 
 
 def _parent(pid: int) -> int:
-    with open(f"/proc/{pid}/stat") as fh:
-        return int(fh.read().rsplit(")", 1)[1].split()[1])
+    return int(stat_fields(pid)[1])
 
 
 class KillsItsRun(Scraper):
