@@ -122,9 +122,9 @@ def _run_week(s, week: str, sources: tuple[str, ...], deep: tuple[str, ...], ref
     from fleet.defs.instance import get_instance
     from fleet.policy import taxonomy as tx
 
+    from fleet.defs import runconfig
     from fleet.defs import warm  # noqa: F401  (warm before the instance: its storages use warm's alembic cache)
     instance = get_instance(s)
-    d.start_forkserver()  # forked from this process, now warm (fleet/defs/forkserver.py)
     names = sorted(k.path[-1] for k in d.defs.resolve_all_asset_keys() if k.path[0] == "raw")
     unknown = [n for n in (*sources, *deep) if n not in names]
     if unknown:
@@ -132,6 +132,9 @@ def _run_week(s, week: str, sources: tuple[str, ...], deep: tuple[str, ...], ref
     ops = {f"{tx.RAW_PREFIX}{n}": {"config": {"deep": n in deep, "refresh": refresh}} for n in (sources or names)
            if n in deep or refresh}
     logging_cfg = {"loggers": {"console": {"config": {"log_level": "INFO"}}}}
+    if not sources:  # a --source run's steps resolve a subset job of their own, which this cannot prime
+        runconfig.prime(d.scrape_week_job(), {"ops": ops, **logging_cfg})  # its steps inherit it resolved
+    d.start_forkserver()  # forked from this process, now warm (fleet/defs/forkserver.py)
     base_tags = {tx.PARTITION_TAG: week, tx.TAG_DRIVER: "cli"}
     selection = [AssetKey(["raw", n]) for n in sources] if sources else None
 
