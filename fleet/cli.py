@@ -132,8 +132,9 @@ def _run_week(s, week: str, sources: tuple[str, ...], deep: tuple[str, ...], ref
     ops = {f"{tx.RAW_PREFIX}{n}": {"config": {"deep": n in deep, "refresh": refresh}} for n in (sources or names)
            if n in deep or refresh}
     logging_cfg = {"loggers": {"console": {"config": {"log_level": "INFO"}}}}
+    scrape_config = {"ops": ops, **logging_cfg}
     if not sources:  # a --source run's steps resolve a subset job of their own, which this cannot prime
-        runconfig.prime(d.scrape_week_job(), {"ops": ops, **logging_cfg})  # its steps inherit it resolved
+        runconfig.prime(d.scrape_week_job(), scrape_config)  # its steps inherit it resolved
     d.start_forkserver()  # forked from this process, now warm (fleet/defs/forkserver.py)
     base_tags = {tx.PARTITION_TAG: week, tx.TAG_DRIVER: "cli"}
     selection = [AssetKey(["raw", n]) for n in sources] if sources else None
@@ -141,7 +142,7 @@ def _run_week(s, week: str, sources: tuple[str, ...], deep: tuple[str, ...], ref
     with week_lock(s.home, week):
         reap_orphaned_runs(instance, week, echo)
         echo(f"fleet: scraping week {week} ({len(sources or names)} sources, at most {s.max_parallel} at once)")
-        result = execute_job(reconstructable(d.scrape_week_job), instance, run_config={"ops": ops, **logging_cfg},
+        result = execute_job(reconstructable(d.scrape_week_job), instance, run_config=scrape_config,
                              tags={**base_tags, tx.TAG_KIND: "scrape"}, asset_selection=selection)
         run = instance.get_run_by_id(result.run_id)
         run_ids = [run.run_id]
