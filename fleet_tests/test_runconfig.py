@@ -52,7 +52,7 @@ def test_a_config_that_fails_is_never_cached_and_plain_data_only_is():
     odd = {"ops": {"a": {"config": {"x": object()}}}}  # not JSON: resolved every time, as Dagster does
     build(job, odd)
     build(job, odd)
-    assert len(calls) == 4 and runconfig.cached() == 0
+    assert len(calls) == 4 and len(runconfig._cache) == 0
 
 
 def test_the_cache_is_bounded_and_an_entry_never_answers_for_a_new_job_at_a_reused_id():
@@ -61,7 +61,7 @@ def test_the_cache_is_bounded_and_an_entry_never_answers_for_a_new_job_at_a_reus
     jobs = [Job() for _ in range(runconfig.MAX_ENTRIES + 3)]
     for job in jobs:
         build(job, {})
-    assert runconfig.cached() == runconfig.MAX_ENTRIES
+    assert len(runconfig._cache) == runconfig.MAX_ENTRIES
     stale = Job()
     runconfig._cache[(id(stale), "{}")] = (Job(), "someone else's")  # as if stale's id had been another job's
     assert build(stale, {}) != "someone else's"

@@ -77,8 +77,3 @@ def prime(job_def, run_config) -> None:
         ResolvedRunConfig.build(job_def, run_config)
     except Exception:  # noqa: BLE001
         pass
-
-
-def cached() -> int:
-    """How many resolved configs this process holds (for tests)."""
-    return len(_cache)
