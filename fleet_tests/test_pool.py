@@ -5,6 +5,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import polars as pl
 import pytest
@@ -91,6 +92,14 @@ def test_a_worker_is_reused_only_after_a_clean_finish(home, tmp_path):
     files = _files(home)  # only the idle worker's: the killed and retired ones were cleared away
     assert len({f.split(".")[0] for f in files}) == 1, files
     assert sorted(f.split(".")[1] for f in files) == ["lock", "log", "pid", "sock"]
+    # so are their temporary files: the idle worker's browser keeps its profile in the worker's own folder, and
+    # the killed worker's (whose driver never removed it), the retired one's and the loner's are gone
+    tmp = pool.tmp_root(home / "workers")
+    [own] = tmp.iterdir()
+    assert own.name.startswith(f"{rows[0]['pid']}-"), own
+    assert any(p.name.startswith("playwright_chromiumdev_profile-") for p in own.iterdir()), list(own.iterdir())
+    assert pool.stop_idle(home / "workers") == 1
+    assert list(tmp.iterdir()) == []
 
 
 def test_a_warm_worker_dies_with_its_step(home, tmp_path):
@@ -113,6 +122,42 @@ def test_a_warm_worker_dies_with_its_step(home, tmp_path):
     for pid in tree:
         _wait_dead(pid, seconds=10)
     assert _files(home) == []
+    pool.stop_idle(home / "workers")  # as `fleet run` does at the end of its week: what the dead worker left goes
+    assert list(pool.tmp_root(home / "workers").iterdir()) == []
+
+
+def test_a_private_tmp_lives_as_long_as_its_process(tmp_path, monkeypatch):
+    """procs.private_tmp and sweep_tmp with plain processes: a live process keeps its folder, and Python's own
+    temporary files follow it there; a dead one's goes, as does one whose pid now names another process."""
+    from fleet.scraping.procs import private_tmp, sweep_tmp
+
+    base = tmp_path / "tmp"
+    code = ("import sys, tempfile, time; from pathlib import Path; from fleet.scraping.procs import private_tmp;"
+            "own = private_tmp(Path(sys.argv[1])); print(own, tempfile.mkdtemp(), flush=True); time.sleep(600)")
+    child = subprocess.Popen([sys.executable, "-c", code, str(base)], stdout=subprocess.PIPE, text=True,
+                             env={**os.environ, "PYTHONPATH": str(ROOT)})
+    try:
+        own, made = child.stdout.readline().split()
+        assert own.startswith(str(base / f"{child.pid}-")) and made.startswith(own + "/")
+        reused = base / f"{os.getpid()}-0"  # this pid, another start time: a process that is gone
+        reused.mkdir()
+        (base / "notes").mkdir()  # not a process's folder: never touched
+        assert sweep_tmp(base) == 1 and not reused.exists()
+        assert sorted(p.name for p in base.iterdir()) == sorted(["notes", Path(own).name])
+        child.kill()
+        child.wait()
+        assert sweep_tmp(base) == 1
+        assert [p.name for p in base.iterdir()] == ["notes"]
+    finally:
+        child.kill()
+        child.wait()
+    import tempfile
+    monkeypatch.setenv("TMPDIR", str(tmp_path))  # both are put back after the test
+    monkeypatch.setattr(tempfile, "tempdir", None)
+    mine = private_tmp(base)
+    assert os.environ["TMPDIR"] == str(mine)
+    assert sweep_tmp(base) == 0 and mine.exists()
+    assert sweep_tmp(base, killed=(os.getpid(),)) == 1 and not mine.exists()
 
 
 def test_an_idle_worker_leaves_by_itself(home, monkeypatch):

@@ -44,7 +44,7 @@ from pathlib import Path
 
 from fleet.config import CHROMIUM_ARGS
 from fleet.errors import FleetError
-from fleet.scraping.procs import alive as _alive, descendants, kill_pids, kill_tree
+from fleet.scraping.procs import alive as _alive, descendants, kill_pids, kill_tree, private_tmp, sweep_tmp
 
 # the same extras as a worker's own browser, and the DevTools port
 CHROMIUM_FLAGS = [*CHROMIUM_ARGS, "--remote-debugging-address=127.0.0.1", "--remote-debugging-port=0"]
@@ -149,6 +149,7 @@ def _start(directory: Path, chromium: str) -> dict:
 def _stop(directory: Path, info: dict) -> None:
     kill_pids([info["host_pid"], *descendants(info["host_pid"]), info["chromium_pid"], *descendants(info["chromium_pid"])])
     shutil.rmtree(directory / f"profile-{info['host_pid']}", ignore_errors=True)  # the killed host cannot
+    sweep_tmp(directory / "tmp", killed=(info["host_pid"],))  # nor its Playwright's artifacts folder
 
 
 def stop(directory: Path) -> None:
@@ -197,6 +198,7 @@ async def _serve(directory: Path, chromium: str) -> int:
 
     profile = directory / f"profile-{os.getpid()}"
     shutil.rmtree(profile, ignore_errors=True)
+    private_tmp(directory / "tmp")  # before the driver starts: its artifacts folder goes there
     async with async_playwright() as pw:
         # Launched by Playwright, so the shared browser has exactly the switches of a browser a worker launches
         # for itself (no background throttling of the many pages in it, and so on); the DevTools port is added.
@@ -249,6 +251,7 @@ def serve(directory: Path, chromium: str) -> int:
         kill_pids(descendants(os.getpid()))  # whatever is left of Chromium and Playwright's driver
         for stale in directory.glob(f"profile-{os.getpid()}"):
             shutil.rmtree(stale, ignore_errors=True)
+        sweep_tmp(directory / "tmp", killed=(os.getpid(),))
 
 
 if __name__ == "__main__":

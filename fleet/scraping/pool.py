@@ -33,6 +33,9 @@ Files in a pool's directory (``FLEET_HOME/workers/own`` or ``.../shared``), per 
 - ``ID.log``: what the worker writes between sources;
 - ``ID.exit``: its exit status, written by the zygote that reaped it while a step may still ask.
 
+A worker's temporary files, its browser's profile among them, are in ``FLEET_HOME/workers/tmp/PID-START``
+(``procs.private_tmp``), removed by whoever kills it, by the worker as it leaves, and by :func:`stop_idle`.
+
 Protocol, one connection per source: the worker greets with ``fleet-worker PID SERVED``, the step sends one
 JSON line: the path of the attempt's spec (see fleet/scraping/runner.py), its environment and its working
 directory. The worker streams the attempt's log lines
@@ -59,7 +62,7 @@ from pathlib import Path
 from fleet.config import env_number
 from fleet.errors import FleetError
 from fleet.scraping import zygote
-from fleet.scraping.procs import alive, descendants, kill_pids, kill_tree
+from fleet.scraping.procs import alive, descendants, kill_pids, kill_tree, private_tmp, sweep_tmp
 
 GREETING = "fleet-worker"
 DONE = "\x1efleet-worker-done"
@@ -76,6 +79,11 @@ def idle_seconds() -> float:
 
 def max_sources() -> int:
     return max(1, env_number("FLEET_WORKER_MAX_SOURCES", 50, int))
+
+
+def tmp_root(root: Path) -> Path:
+    """Where the workers of a ``FLEET_HOME/workers`` root keep their temporary files (procs.private_tmp)."""
+    return root / "tmp"
 
 
 def _paths(directory: Path, wid: str) -> dict[str, Path]:
@@ -170,6 +178,7 @@ class Lease:
         if self.finished != "reuse":
             if self.finished is None:  # killed at its limit, or died: nothing of it may live on
                 kill_tree(self.pid)
+                sweep_tmp(tmp_root(self.directory.parent), killed=(self.pid,))  # its browser's profile
             _remove(self.directory, self.wid)
             if self.popen is not None:
                 with contextlib.suppress(subprocess.TimeoutExpired):
@@ -361,7 +370,8 @@ def _prestart_main(directory: str, count: str, chromium: str, browser_dir: str, 
 
 
 def _kinds(root: Path) -> list[Path]:
-    return [d for d in root.iterdir() if d.is_dir()] if root.exists() else []
+    """The pools of ``root`` (``own``, ``shared``): its folders but the workers' temporary files."""
+    return [d for d in root.iterdir() if d.is_dir() and d != tmp_root(root)] if root.exists() else []
 
 
 def stop_idle(root: Path) -> int:
@@ -388,6 +398,7 @@ def stop_idle(root: Path) -> int:
     _wait_gone(stopped)  # so that their leases on the shared browser no longer count
     zygote.stop(root)
     _clear_exit_files(root)
+    sweep_tmp(tmp_root(root))  # the killed workers' browser profiles, and any left by a worker killed earlier
     return len(stopped)
 
 
@@ -414,6 +425,7 @@ def stop(root: Path) -> None:
     _wait_gone(stopped)
     zygote.stop(root)
     _clear_exit_files(root)
+    sweep_tmp(tmp_root(root))
 
 
 # --- the worker -------------------------------------------------------------------------------------------
@@ -536,6 +548,7 @@ async def _serve(directory: Path, wid: str, chromium: str, browser_dir: Path | N
 
     spec = {"chromium": chromium, "node_cache": node_cache}
     worker.use_node_cache(spec)
+    private_tmp(tmp_root(directory.parent))  # before the driver starts: its browser's profile goes there
     if browser_dir is not None:
         spec["cdp_endpoint"] = shared_browser.acquire(browser_dir, chromium)  # held until this worker exits
     loop = asyncio.get_running_loop()
@@ -575,6 +588,7 @@ def serve(directory: Path, wid: str, chromium: str, browser_dir: str, node_cache
     try:
         asyncio.run(_serve(directory, wid, chromium, Path(browser_dir) if browser_dir else None, node_cache))
     finally:
+        sweep_tmp(tmp_root(directory.parent), killed=(os.getpid(),))  # its own: the browser is closed or gone
         if browser_dir:
             from fleet.scraping import browser as shared_browser
             shared_browser.release(Path(browser_dir))

@@ -2,9 +2,11 @@
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import time
+from pathlib import Path
 
 
 def stat_fields(pid: int | str) -> list[str] | None:
@@ -67,6 +69,48 @@ def kill_tree(pid: int) -> None:
         os.killpg(pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass
+
+
+def _start_time(pid: int | str) -> str | None:
+    """When ``pid`` started, in clock ticks since boot (``/proc/PID/stat`` field 22): with the pid, it names one
+    process, even after the pid is reused."""
+    fields = stat_fields(pid)
+    return fields[19] if fields and len(fields) > 19 else None
+
+
+def private_tmp(base: Path) -> Path:
+    """Give this process a temporary directory of its own, ``base/PID-STARTTIME``, and point ``TMPDIR`` at it, so that
+    what it starts from now on writes there: Playwright's driver creates each browser's profile
+    (``playwright_chromiumdev_profile-*``) and artifacts folder (``playwright-artifacts-*``) under it. The driver
+    removes them when the browser closes; when the process is killed instead (a timeout, a crash, ``fleet run``
+    stopping its idle workers), nothing would, and each such browser left ~0.2 MB in /tmp for good.
+    :func:`sweep_tmp` removes the directories of processes that are gone."""
+    own = base / f"{os.getpid()}-{_start_time(os.getpid())}"
+    shutil.rmtree(own, ignore_errors=True)
+    own.mkdir(parents=True, mode=0o700)
+    os.environ["TMPDIR"] = str(own)
+    import tempfile
+    tempfile.tempdir = None  # Python's own temporary files follow TMPDIR too
+    return own
+
+
+def sweep_tmp(base: Path, killed=()) -> int:
+    """Remove the :func:`private_tmp` directories under ``base`` whose process is gone, or is one of ``killed`` (just
+    sent SIGKILL, so about to be); return how many."""
+    try:
+        entries = list(os.scandir(base))
+    except FileNotFoundError:
+        return 0
+    removed = 0
+    for entry in entries:
+        pid, _, started = entry.name.partition("-")
+        if not (pid.isdigit() and started and entry.is_dir(follow_symlinks=False)):
+            continue
+        if int(pid) not in killed and alive(int(pid)) and _start_time(pid) == started:
+            continue
+        shutil.rmtree(entry.path, ignore_errors=True)
+        removed += 1
+    return removed
 
 
 class PolledProcess:

@@ -25,7 +25,7 @@ from fleet.scraping import browser as shared_browser
 from fleet.scraping import pool
 from fleet.scraping.contract import check_seconds
 from fleet.scraping.discovery import Source
-from fleet.scraping.procs import PolledProcess, kill_tree
+from fleet.scraping.procs import PolledProcess, kill_tree, sweep_tmp
 from fleet.scraping.retry import RetryPolicy
 from fleet.scraping.slots import scrape_slot
 from fleet.storage import store as keys
@@ -198,6 +198,7 @@ def run_source(source: Source, week: str, *, store: ArtifactStore, run_id: str, 
         "stack_path": str(work / f"stack-{attempt}.txt"),
         "evidence_dir": str(store.path(week, keys.evidence_key(source.name))),
         "node_cache": str(s.home / "cache" / "node"),
+        "tmp_root": str(pool.tmp_root(s.home / "workers")),
         "step_pid": os.getpid(),
     }
     shared = not source.own_browser and s.browser == "shared"
@@ -289,6 +290,8 @@ def run_source(source: Source, week: str, *, store: ArtifactStore, run_id: str, 
                 kill_worker(proc)
             if browser_dir is not None:
                 shared_browser.release(browser_dir)
+            if not isinstance(proc, pool.Lease):  # reaped by now; a killed one's browser profile is left behind
+                sweep_tmp(Path(spec["tmp_root"]), killed=(proc.pid,))
         pump_thread.join(timeout=2)
         if isinstance(proc, pool.Lease):
             proc.release()

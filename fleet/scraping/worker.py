@@ -27,6 +27,7 @@ from fleet.config import CHROMIUM_ARGS
 from fleet.errors import NavigationError
 from fleet.scraping.contract import ScrapeContext
 from fleet.scraping.discovery import Source, load_module
+from fleet.scraping.procs import private_tmp
 from fleet.scraping.retry import RetryPolicy
 from fleet.storage.frames import add_unique, encode_row, validate_row
 
@@ -322,6 +323,8 @@ def main(argv: list[str], forked: bool = False) -> int:
                 logger.disabled = False
                 logger.setLevel(logging.NOTSET)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(message)s", force=True)
+    if spec.get("tmp_root"):  # the browser's profile goes there (procs.private_tmp); the runner clears it
+        private_tmp(Path(spec["tmp_root"]))
     try:
         result = asyncio.run(run(spec))
     except BaseException as exc:  # Playwright's driver did not start, or fleet's own code failed: infra
