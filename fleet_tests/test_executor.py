@@ -61,3 +61,55 @@ def test_definitions_install_the_poll_into_dagsters_executor():
     import fleet.defs.definitions  # noqa: F401
     from dagster._core.executor import child_process_executor as cpe
     assert getattr(cpe, "_fleet_poll", False) and cpe._poll_for_event.__qualname__.startswith("make_poll")
+
+
+def _sleeper(seconds):
+    import time
+    time.sleep(seconds)
+
+
+def test_an_idle_pass_wakes_on_any_steps_event_or_death_with_real_queues_and_processes():
+    """With multiprocessing's own queues and processes, the idle pass waits on all the steps at once: an event
+    queued by another step, or another step's death, ends the wait at once, not at the wait's limit (60 s here);
+    a step whose queue Dagster closed (it finished) is left out of the wait."""
+    import multiprocessing
+    import threading
+    import time
+
+    ctx = multiprocessing.get_context("fork")
+    poll = executor.make_poll(60.0, DEAD, idle_wait=60.0)
+    queues = [ctx.Queue() for _ in range(3)]
+    procs = [ctx.Process(target=_sleeper, args=(120,)) for _ in range(4)]
+    for proc in procs:
+        proc.start()
+
+    def passes_until(expected):
+        """Passes over the three steps, as Dagster makes them, until one returns ``expected`` (at most 4): each
+        pass that has nothing waits once, in the poll of whichever step finds the pass idle."""
+        started = time.monotonic()
+        for _ in range(4):
+            got = [poll(p, q) for p, q in zip(procs, queues)]
+            if got == expected:
+                break
+        assert got == expected
+        assert time.monotonic() - started < 10, "a wait ran to its limit"
+
+    def put_now(q, event):  # a queue's put goes through a feeder thread: wait until it can be read
+        q.put(event)
+        assert q._reader.poll(5)
+
+    try:
+        put_now(queues[0], "first")
+        passes_until(["first", None, None])
+        finished = ctx.Queue()
+        put_now(finished, "done")
+        assert poll(procs[3], finished) == "done"
+        finished.close()  # as Dagster does when a step has finished; the next wait must leave it out
+        threading.Timer(0.3, queues[2].put, ("event",)).start()
+        passes_until([None, None, "event"])  # a wait in another step's poll ends when the third step queues it
+        threading.Timer(0.3, procs[1].kill).start()
+        passes_until([None, DEAD, None])  # and when the second step dies
+    finally:
+        for proc in procs:
+            proc.kill()
+            proc.join()
