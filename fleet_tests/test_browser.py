@@ -68,6 +68,74 @@ def test_a_dead_browser_is_replaced_and_an_idle_one_stops_itself(tmp_path, monke
     assert list((d / "tmp").iterdir()) == []  # the host that stopped cleared its own, and its dead predecessor's
 
 
+def _renderers(chromium_pid: int) -> set[int]:
+    from fleet.scraping.procs import descendants
+    out = set()
+    for pid in descendants(chromium_pid):
+        try:
+            if b"--type=renderer" in open(f"/proc/{pid}/cmdline", "rb").read():
+                out.add(pid)
+        except OSError:
+            pass
+    return out
+
+
+def _wait_for(predicate, seconds=20):
+    deadline = time.monotonic() + seconds
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.1)
+
+
+def test_each_worker_sees_only_its_own_contexts_and_a_killed_ones_close(tmp_path, monkeypatch):
+    """Two processes connected to the shared browser, through real Chromium: neither sees the other's context, and
+    when one is SIGKILLed (a worker killed at its limit) the server closes its context and that context's renderer
+    goes, while the other's page lives on and still answers."""
+    import asyncio
+    import signal
+    import subprocess
+    import sys
+
+    d = tmp_path / "browser"
+    monkeypatch.setenv("FLEET_BROWSER_IDLE_S", "600")
+    endpoint = browser.acquire(d, chromium_path())
+    chromium_pid = json.loads((d / "endpoint.json").read_text())["chromium_pid"]
+    assert oct((d / "endpoint.json").stat().st_mode & 0o777) == "0o600"
+    code = ("import asyncio, sys\nfrom playwright.async_api import async_playwright\nasync def main():\n"
+            "    async with async_playwright() as pw:\n        b = await pw.chromium.connect(sys.argv[1])\n"
+            "        page = await (await b.new_context()).new_page()\n"
+            "        await page.set_content('<h1>other worker</h1>')\n        print(len(b.contexts), flush=True)\n"
+            "        await asyncio.sleep(600)\nasyncio.run(main())")
+    before = _renderers(chromium_pid)
+    other = subprocess.Popen([sys.executable, "-c", code, endpoint], stdout=subprocess.PIPE, text=True)
+    try:
+        assert other.stdout.readline().strip() == "1"  # its own context, and nothing else
+        _wait_for(lambda: len(_renderers(chromium_pid) - before) == 1)
+        others = _renderers(chromium_pid) - before
+
+        async def mine():
+            from playwright.async_api import async_playwright
+            async with async_playwright() as pw:
+                b = await pw.chromium.connect(endpoint)
+                assert b.contexts == []  # the other worker's context is not visible here
+                page = await (await b.new_context()).new_page()
+                await page.set_content("<h1>this worker</h1>")
+                other.send_signal(signal.SIGKILL)
+                other.wait()
+                await asyncio.get_running_loop().run_in_executor(
+                    None, _wait_for, lambda: not (_renderers(chromium_pid) & others))
+                assert await page.inner_text("h1") == "this worker"  # untouched by the other's end
+                assert len(b.contexts) == 1
+                await b.close()  # disconnects only: the shared browser stays up for others
+        asyncio.run(mine())
+        assert _alive(chromium_pid)
+    finally:
+        other.kill()
+        other.wait()
+        browser.release(d)
+        browser.stop(d)
+
+
 def test_a_bad_chromium_is_a_clear_error(tmp_path):
     with pytest.raises(Exception, match=r"shared browser \(/bin/false\) is not available: its host exited"):
         browser.acquire(tmp_path / "browser", "/bin/false")

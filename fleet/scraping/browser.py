@@ -1,26 +1,30 @@
 """One Chromium per ``FLEET_HOME``, shared by the scrape workers; each source gets a browser context of its own.
 
-Launching Chromium costs about a second of CPU. With ``FLEET_BROWSER=shared`` (opt-in; the default is a
-Chromium per warm worker, see fleet/scraping/pool.py), source workers connect to a shared browser over the DevTools protocol
-(``connect_over_cdp``) and open a fresh context in it. A context has its
-own cookies, storage and cache, like an incognito window. What stays isolated:
+With ``FLEET_BROWSER=shared`` (opt-in; the default is a Chromium per warm worker, see fleet/scraping/pool.py),
+source workers connect to one browser served by Playwright's browser server (its driver's ``launch-server``,
+the Python side of ``browserType.launchServer``) with ``browser_type.connect``, and open a fresh context in it.
+A context has its own cookies, storage and cache, like an incognito window. What stays isolated:
 
 - each source's Python code still runs in its own worker process, killed as a whole at its hard timeout.
-  Chromium closes a context and its pages as soon as the connection of the worker that created it drops
-  (Playwright creates contexts to be disposed on detach; checked by killing a worker with a page open);
+  The server gives each connection only the contexts it created, and closes them when that connection drops
+  (its "isolated contexts"; a worker's ``browser.close()`` only disconnects it);
 - a renderer crash takes down only that source's tab (Chromium runs a renderer per site).
 
 What is shared is the browser process. If it dies, every source using it at that moment fails at once with
 category ``infra``, and the run re-executes those steps (the raw assets' retry policy). The next source to
 start launches a new browser. A scraper that must not share (extensions, a custom profile, flags) sets ``own_browser = True``.
-Sharing is not the default because, on a loaded machine, the fault demo's broken_selector sometimes got no
-screenshot at all from the shared browser, even from a viewport-only capture. A failure should carry its
-screenshot (see BENCHMARKS.md).
+
+It is not the default because it does not pay on the 2-core machine of BENCHMARKS.md: full-size weeks (40
+sources, cap 10) used as much CPU as with a Chromium per worker, or more (5 alternating pairs), since one
+browser process and one server then carry every page of the week. Until 2026-12-04 the workers connected over
+the DevTools protocol (``connect_over_cdp``), where each worker's driver handles the events of every page in
+the browser: such weeks took twice as long, with 2.6 times the CPU.
 
 The browser runs under a small host process, ``python -m fleet.scraping.browser serve DIR``, which:
 
-- launches Chromium through Playwright (so it has the same switches as a browser a worker launches itself)
-  with a DevTools port, and writes ``DIR/endpoint.json`` once it listens;
+- starts the browser server (Chromium with the switches Playwright gives a browser it launches, plus fleet's,
+  and a WebSocket endpoint on 127.0.0.1 whose path is random), and writes it to ``DIR/endpoint.json``
+  (readable by this user only);
 - stops Chromium after ``FLEET_BROWSER_IDLE_S`` (default 30) seconds with no live lease;
 - exits when Chromium dies, so the next caller starts a new one.
 
@@ -35,7 +39,6 @@ import contextlib
 import fcntl
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -46,8 +49,6 @@ from fleet.config import CHROMIUM_ARGS
 from fleet.errors import FleetError
 from fleet.scraping.procs import alive as _alive, descendants, kill_pids, kill_tree, private_tmp, sweep_tmp
 
-# the same extras as a worker's own browser, and the DevTools port
-CHROMIUM_FLAGS = [*CHROMIUM_ARGS, "--remote-debugging-address=127.0.0.1", "--remote-debugging-port=0"]
 START_TIMEOUT_S = 60.0
 
 
@@ -95,7 +96,7 @@ def _live_leases(directory: Path) -> list[int]:
 
 
 def acquire(directory: Path, chromium: str, holder: int | None = None) -> str:
-    """Return the DevTools endpoint (``http://127.0.0.1:PORT``) of the shared browser in ``directory``, starting
+    """Return the endpoint (``ws://127.0.0.1:PORT/PATH``) of the shared browser in ``directory``, starting
     one if none is running, and hold a lease on it for process ``holder`` (default: this one) until
     :func:`release`. Raises ``FleetError`` if no browser could be started."""
     holder = holder or os.getpid()
@@ -148,8 +149,8 @@ def _start(directory: Path, chromium: str) -> dict:
 
 def _stop(directory: Path, info: dict) -> None:
     kill_pids([info["host_pid"], *descendants(info["host_pid"]), info["chromium_pid"], *descendants(info["chromium_pid"])])
-    shutil.rmtree(directory / f"profile-{info['host_pid']}", ignore_errors=True)  # the killed host cannot
-    sweep_tmp(directory / "tmp", killed=(info["host_pid"],))  # nor its Playwright's artifacts folder
+    (directory / f"server-{info['host_pid']}.json").unlink(missing_ok=True)  # the killed host cannot
+    sweep_tmp(directory / "tmp", killed=(info["host_pid"],))  # nor its Chromium's profile
 
 
 def stop(directory: Path) -> None:
@@ -181,65 +182,72 @@ def stop_if_idle(directory: Path) -> bool:
 
 # --- the host process -----------------------------------------------------------------------------------
 
-def _chromium_pid(profile: Path) -> int | None:
-    """The browser process (not a zygote or renderer) that uses ``profile`` among this host's descendants."""
-    for pid in descendants(os.getpid()):
+def _chromium_pid(parent: int) -> int | None:
+    """The browser process (not a zygote, renderer or other helper) among ``parent``'s descendants."""
+    for pid in descendants(parent):
         try:
             args = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
         except OSError:
             continue
-        if f"--user-data-dir={profile}".encode() in args and not any(a.startswith(b"--type=") for a in args):
+        if any(a.startswith(b"--user-data-dir=") for a in args) and not any(a.startswith(b"--type=") for a in args):
             return pid
     return None
 
 
-async def _serve(directory: Path, chromium: str) -> int:
-    from playwright.async_api import async_playwright
+def _launch_server(directory: Path, chromium: str) -> subprocess.Popen:
+    """Playwright's browser server (its driver's ``launch-server``): it launches Chromium with the switches Playwright
+    gives a browser it launches (plus fleet's), and prints a WebSocket endpoint on 127.0.0.1 with a random,
+    unguessable path. Each worker that connects (``browser_type.connect``) sees and drives only the contexts it
+    created, which the server closes when that worker's connection drops."""
+    from playwright._impl._driver import compute_driver_executable
 
-    profile = directory / f"profile-{os.getpid()}"
-    shutil.rmtree(profile, ignore_errors=True)
-    private_tmp(directory / "tmp")  # before the driver starts: its artifacts folder goes there
-    async with async_playwright() as pw:
-        # Launched by Playwright, so the shared browser has exactly the switches of a browser a worker launches
-        # for itself (no background throttling of the many pages in it, and so on); the DevTools port is added.
-        context = await pw.chromium.launch_persistent_context(
-            str(profile), executable_path=chromium, headless=True, args=CHROMIUM_FLAGS)
-        port_file = profile / "DevToolsActivePort"
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while not (port_file.exists() and port_file.read_text().strip()):
-            if time.monotonic() > deadline:
-                print(f"chromium did not open its DevTools port within {START_TIMEOUT_S:g}s", flush=True)
-                return 1
-            await asyncio.sleep(0.02)
-        pid = _chromium_pid(profile)
-        if pid is None:
-            print("could not find the chromium process", flush=True)
-            return 1
-        info = {"endpoint": f"http://127.0.0.1:{int(port_file.read_text().split()[0])}", "host_pid": os.getpid(),
-                "chromium_pid": pid, "started": time.time()}
-        tmp = directory / "endpoint.json.tmp"
-        tmp.write_text(json.dumps(info))
-        os.replace(tmp, directory / "endpoint.json")
-        print(f"chromium {pid} listening on {info['endpoint']}", flush=True)
-        idle_limit = idle_seconds()
-        idle_since = time.monotonic()
-        while _alive(pid):
-            await asyncio.sleep(0.5)
-            with _locked(directory):
-                if _live_leases(directory):
-                    idle_since = time.monotonic()
-                elif time.monotonic() - idle_since >= idle_limit:
-                    (directory / "endpoint.json").unlink(missing_ok=True)
-                    print(f"idle for {idle_limit:g}s; stopping chromium", flush=True)
-                    break
-        else:
-            print("chromium died", flush=True)
+    config = directory / f"server-{os.getpid()}.json"
+    config.write_text(json.dumps({"executablePath": chromium, "headless": True, "args": list(CHROMIUM_ARGS),
+                                  "host": "127.0.0.1", "port": 0, "handleSIGINT": False, "handleSIGTERM": False,
+                                  "handleSIGHUP": False}))
+    node, cli = compute_driver_executable()
+    env = {**os.environ, "PW_LANG_NAME": "python"}
+    return subprocess.Popen([node, cli, "launch-server", "--browser", "chromium", "--config", str(config)],
+                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=sys.stdout, env=env, text=True)
+
+
+async def _serve(directory: Path, chromium: str) -> int:
+    private_tmp(directory / "tmp")  # before the server starts: the browser's profile and artifacts go there
+    server = _launch_server(directory, chromium)
+    loop = asyncio.get_running_loop()
+    try:
+        endpoint = (await asyncio.wait_for(loop.run_in_executor(None, server.stdout.readline), START_TIMEOUT_S)).strip()
+    except asyncio.TimeoutError:
+        endpoint = ""
+    pid = _chromium_pid(server.pid) if endpoint.startswith("ws://") else None
+    if pid is None:
+        code = server.poll()
+        print(f"the browser server exited with code {code}" if code is not None else
+              f"the browser server gave no endpoint within {START_TIMEOUT_S:g}s (it said {endpoint!r})", flush=True)
+        return 1
+    info = {"endpoint": endpoint, "host_pid": os.getpid(), "chromium_pid": pid, "started": time.time()}
+    tmp = directory / "endpoint.json.tmp"
+    tmp.write_text(json.dumps(info))
+    os.chmod(tmp, 0o600)  # the endpoint's path is what lets a process drive this browser
+    os.replace(tmp, directory / "endpoint.json")
+    print(f"chromium {pid} listening on {endpoint.split('/')[2]}", flush=True)
+    idle_limit = idle_seconds()
+    idle_since = time.monotonic()
+    while _alive(pid):
+        await asyncio.sleep(0.5)
         with _locked(directory):
-            current = _read_endpoint(directory)
-            if current is None or current.get("host_pid") == os.getpid():
+            if _live_leases(directory):
+                idle_since = time.monotonic()
+            elif time.monotonic() - idle_since >= idle_limit:
                 (directory / "endpoint.json").unlink(missing_ok=True)
-        with contextlib.suppress(Exception):
-            await asyncio.wait_for(context.close(), 10)
+                print(f"idle for {idle_limit:g}s; stopping chromium", flush=True)
+                break
+    else:
+        print("chromium died", flush=True)
+    with _locked(directory):
+        current = _read_endpoint(directory)
+        if current is None or current.get("host_pid") == os.getpid():
+            (directory / "endpoint.json").unlink(missing_ok=True)
     return 0
 
 
@@ -248,10 +256,9 @@ def serve(directory: Path, chromium: str) -> int:
     try:
         return asyncio.run(_serve(directory, chromium))
     finally:
-        kill_pids(descendants(os.getpid()))  # whatever is left of Chromium and Playwright's driver
-        for stale in directory.glob(f"profile-{os.getpid()}"):
-            shutil.rmtree(stale, ignore_errors=True)
-        sweep_tmp(directory / "tmp", killed=(os.getpid(),))
+        kill_pids(descendants(os.getpid()))  # the browser server and its Chromium
+        (directory / f"server-{os.getpid()}.json").unlink(missing_ok=True)
+        sweep_tmp(directory / "tmp", killed=(os.getpid(),))  # the killed Chromium's profile
 
 
 if __name__ == "__main__":

@@ -550,7 +550,7 @@ async def _serve(directory: Path, wid: str, chromium: str, browser_dir: Path | N
     worker.use_node_cache(spec)
     private_tmp(tmp_root(directory.parent))  # before the driver starts: its browser's profile goes there
     if browser_dir is not None:
-        spec["cdp_endpoint"] = shared_browser.acquire(browser_dir, chromium)  # held until this worker exits
+        spec["shared_endpoint"] = shared_browser.acquire(browser_dir, chromium)  # held until this worker exits
     loop = asyncio.get_running_loop()
     idle_limit, cap = idle_seconds(), max_sources()
     async with async_playwright() as pw:

@@ -236,7 +236,7 @@ def run_source(source: Source, week: str, *, store: ArtifactStore, run_id: str, 
             if shared:
                 browser_dir = s.browser_dir
                 try:
-                    spec["cdp_endpoint"] = shared_browser.acquire(browser_dir, spec["chromium"])
+                    spec["shared_endpoint"] = shared_browser.acquire(browser_dir, spec["chromium"])
                 except FleetError as exc:  # a browser of its own is slower, not wrong
                     log_line(f"[run {run_id}] [{source.name}] no shared browser ({exc}); launching one for this source")
                     browser_dir, shared = None, False
@@ -290,12 +290,12 @@ def run_source(source: Source, week: str, *, store: ArtifactStore, run_id: str, 
                 kill_worker(proc)
             if browser_dir is not None:
                 shared_browser.release(browser_dir)
-            if not isinstance(proc, pool.Lease):  # reaped by now; a killed one's browser profile is left behind
-                sweep_tmp(Path(spec["tmp_root"]), killed=(proc.pid,))
+        seconds = round(time.monotonic() - (ready_at or started), 3)  # the clean-up below is fleet's, not the source's
+        if not isinstance(proc, pool.Lease):  # reaped by now; a killed one's browser profile is left behind
+            sweep_tmp(Path(spec["tmp_root"]), killed=(proc.pid,))
         pump_thread.join(timeout=2)
         if isinstance(proc, pool.Lease):
             proc.release()
-        seconds = round(time.monotonic() - (ready_at or started), 3)
 
     result_path = Path(spec["result_path"])
     result = json.loads(result_path.read_text()) if result_path.exists() else None

@@ -4,7 +4,7 @@ the hard timeout.
 :func:`scrape` runs one attempt in a browser it is given. A warm worker (fleet/scraping/pool.py) calls it for
 one source after another with the same browser. A worker of its own (``own_process``, ``FLEET_WORKERS=fresh``)
 is forked by the runner, or started as ``python -m fleet.scraping.worker SPEC.json``, and runs :func:`run`:
-it starts Playwright, opens the shared Chromium (``spec["cdp_endpoint"]``) or one of its own, and scrapes once.
+it starts Playwright, opens the shared Chromium (``spec["shared_endpoint"]``) or one of its own, and scrapes once.
 Rows are streamed to a spool file, so a timeout keeps what was collected, and on failure the attempt keeps a
 screenshot and the page HTML.
 """
@@ -95,10 +95,10 @@ def use_node_cache(spec: dict) -> None:
 
 
 async def open_browser(pw, spec: dict):
-    """The shared Chromium (``spec["cdp_endpoint"]``) or a Chromium of this worker's own."""
-    if spec.get("cdp_endpoint"):
-        # The shared browser: contexts created here die with this process's connection (disposeOnDetach).
-        return await pw.chromium.connect_over_cdp(spec["cdp_endpoint"], timeout=60_000)
+    """The shared Chromium (``spec["shared_endpoint"]``, fleet/scraping/browser.py) or a Chromium of this worker's own."""
+    if spec.get("shared_endpoint"):
+        # Playwright's browser server: this connection sees only the contexts it creates, and they close with it.
+        return await pw.chromium.connect(spec["shared_endpoint"], timeout=60_000)
     return await pw.chromium.launch(executable_path=spec["chromium"], headless=True, args=list(CHROMIUM_ARGS))
 
 
