@@ -1,8 +1,9 @@
 """One Chromium per ``FLEET_HOME``, shared by the scrape workers; each source gets a browser context of its own.
 
 With ``FLEET_BROWSER=shared`` (opt-in; the default is a Chromium per warm worker, see fleet/scraping/pool.py),
-source workers connect to one browser served by Playwright's browser server (its driver's ``launch-server``,
-the Python side of ``browserType.launchServer``) with ``browser_type.connect``, and open a fresh context in it.
+source workers connect to one browser served by Playwright's browser server (``python -m playwright
+launch-server``: what Node's ``browserType.launchServer`` starts) with ``browser_type.connect``, and open a
+fresh context in it.
 A context has its own cookies, storage and cache, like an incognito window. What stays isolated:
 
 - each source's Python code still runs in its own worker process, killed as a whole at its hard timeout.
@@ -195,20 +196,17 @@ def _chromium_pid(parent: int) -> int | None:
 
 
 def _launch_server(directory: Path, chromium: str) -> subprocess.Popen:
-    """Playwright's browser server (its driver's ``launch-server``): it launches Chromium with the switches Playwright
-    gives a browser it launches (plus fleet's), and prints a WebSocket endpoint on 127.0.0.1 with a random,
-    unguessable path. Each worker that connects (``browser_type.connect``) sees and drives only the contexts it
-    created, which the server closes when that worker's connection drops."""
-    from playwright._impl._driver import compute_driver_executable
-
+    """Playwright's browser server (``python -m playwright launch-server``, which runs its driver): it launches
+    Chromium with the switches Playwright gives a browser it launches (plus fleet's), and prints a WebSocket
+    endpoint on 127.0.0.1 with a random, unguessable path. Each worker that connects (``browser_type.connect``)
+    sees and drives only the contexts it created, which the server closes when that worker's connection drops."""
     config = directory / f"server-{os.getpid()}.json"
     config.write_text(json.dumps({"executablePath": chromium, "headless": True, "args": list(CHROMIUM_ARGS),
                                   "host": "127.0.0.1", "port": 0, "handleSIGINT": False, "handleSIGTERM": False,
                                   "handleSIGHUP": False}))
-    node, cli = compute_driver_executable()
-    env = {**os.environ, "PW_LANG_NAME": "python"}
-    return subprocess.Popen([node, cli, "launch-server", "--browser", "chromium", "--config", str(config)],
-                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=sys.stdout, env=env, text=True)
+    return subprocess.Popen([sys.executable, "-m", "playwright", "launch-server", "--browser", "chromium",
+                             "--config", str(config)],
+                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=sys.stdout, text=True)
 
 
 async def _serve(directory: Path, chromium: str) -> int:
