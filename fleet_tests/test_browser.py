@@ -9,7 +9,7 @@ import pytest
 
 from fleet.config import chromium_path
 from fleet.scraping import browser
-from fleet.scraping.procs import alive as _alive
+from fleet.scraping.procs import alive as _alive, tmp_base
 from fleet_tests.conftest import ROOT, WEEK, committed_frame, run_fleet
 
 
@@ -35,7 +35,7 @@ def test_one_browser_is_shared_leased_and_stopped(tmp_path, monkeypatch):
     info = json.loads((d / "endpoint.json").read_text())
     assert first == info["endpoint"] and _alive(info["chromium_pid"])
     # Playwright's artifacts folder is in the host's own temporary folder (procs.private_tmp), not in /tmp
-    [own] = (d / "tmp").iterdir()
+    [own] = tmp_base(d).iterdir()
     assert own.name.startswith(f"{info['host_pid']}-") and any(own.glob("playwright-artifacts-*"))
     # a second caller gets the same browser
     assert browser.acquire(d, chromium_path(), holder=os.getppid()) == first
@@ -48,7 +48,7 @@ def test_one_browser_is_shared_leased_and_stopped(tmp_path, monkeypatch):
     _wait_dead(info["host_pid"])
     assert not (d / "endpoint.json").exists()
     assert not list(d.glob("profile-*"))  # the stopped browser's profile is removed with it
-    assert list((d / "tmp").iterdir()) == []  # and so is its temporary folder, though the host was killed
+    assert not tmp_base(d).exists()  # and so is its temporary folder, though the host was killed
 
 
 def test_a_dead_browser_is_replaced_and_an_idle_one_stops_itself(tmp_path, monkeypatch):
@@ -65,7 +65,7 @@ def test_a_dead_browser_is_replaced_and_an_idle_one_stops_itself(tmp_path, monke
     _wait_dead(new["chromium_pid"], seconds=20)  # no lease for 1 s: the host stops it
     assert not (d / "endpoint.json").exists()
     _wait_dead(new["host_pid"])
-    assert list((d / "tmp").iterdir()) == []  # the host that stopped cleared its own, and its dead predecessor's
+    assert not tmp_base(d).exists()  # the host that stopped cleared its own, and its dead predecessor's
 
 
 def _renderers(chromium_pid: int) -> set[int]:

@@ -36,7 +36,8 @@ def test_demo_week_makes_two_lfs_commits_and_reruns_make_none(fleet_env):
     # the warm workers (stopped while the week was published) and the zygote are gone when the command is
     assert _live_pids(fleet_env.home / "workers") == []
     # and so are their browsers' profiles, which Playwright only removes when a browser closes (procs.private_tmp)
-    assert list((fleet_env.home / "workers" / "tmp").iterdir()) == []
+    from fleet.scraping.pool import tmp_root
+    assert not tmp_root(fleet_env.home / "workers").exists()
 
     again = run_fleet(fleet_env.env, "demo", "--week", "2026-W47", "--force")
     assert again.returncode == 0, again.stderr[-3000:]

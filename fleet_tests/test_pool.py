@@ -99,7 +99,7 @@ def test_a_worker_is_reused_only_after_a_clean_finish(home, tmp_path):
     assert own.name.startswith(f"{rows[0]['pid']}-"), own
     assert any(p.name.startswith("playwright_chromiumdev_profile-") for p in own.iterdir()), list(own.iterdir())
     assert pool.stop_idle(home / "workers") == 1
-    assert list(tmp.iterdir()) == []
+    assert not tmp.exists()  # emptied, then removed
 
 
 def test_a_warm_worker_dies_with_its_step(home, tmp_path):
@@ -123,15 +123,20 @@ def test_a_warm_worker_dies_with_its_step(home, tmp_path):
         _wait_dead(pid, seconds=10)
     assert _files(home) == []
     pool.stop_idle(home / "workers")  # as `fleet run` does at the end of its week: what the dead worker left goes
-    assert list(pool.tmp_root(home / "workers").iterdir()) == []
+    assert not pool.tmp_root(home / "workers").exists()
 
 
-def test_a_private_tmp_lives_as_long_as_its_process(tmp_path, monkeypatch):
+def test_a_private_tmp_lives_as_long_as_its_process(tmp_path, monkeypatch, request):
     """procs.private_tmp and sweep_tmp with plain processes: a live process keeps its folder, and Python's own
     temporary files follow it there; a dead one's goes, as does one whose pid now names another process."""
     from fleet.scraping.procs import private_tmp, sweep_tmp
 
-    base = tmp_path / "tmp"
+    import shutil
+    import tempfile
+
+    short = Path(tempfile.mkdtemp(prefix="fleet-test-"))  # tmp_path is too deep for a TMPDIR Chromium accepts
+    request.addfinalizer(lambda: shutil.rmtree(short, ignore_errors=True))
+    base = short / "tmp"
     code = ("import sys, tempfile, time; from pathlib import Path; from fleet.scraping.procs import private_tmp;"
             "own = private_tmp(Path(sys.argv[1])); print(own, tempfile.mkdtemp(), flush=True); time.sleep(600)")
     child = subprocess.Popen([sys.executable, "-c", code, str(base)], stdout=subprocess.PIPE, text=True,
@@ -151,13 +156,19 @@ def test_a_private_tmp_lives_as_long_as_its_process(tmp_path, monkeypatch):
     finally:
         child.kill()
         child.wait()
-    import tempfile
     monkeypatch.setenv("TMPDIR", str(tmp_path))  # both are put back after the test
     monkeypatch.setattr(tempfile, "tempdir", None)
     mine = private_tmp(base)
     assert os.environ["TMPDIR"] == str(mine)
     assert sweep_tmp(base) == 0 and mine.exists()
     assert sweep_tmp(base, killed=(os.getpid(),)) == 1 and not mine.exists()
+    (base / "notes").rmdir()
+    assert sweep_tmp(base) == 0 and not base.exists()  # an empty base goes too
+    # a path too long for Chromium's singleton socket (the full build exits at start-up): TMPDIR is left alone
+    assert private_tmp(tmp_path / ("x" * 80)) is None and os.environ["TMPDIR"] == str(mine)
+    # the real bases are short, in the system's temporary folder, whatever FLEET_HOME is
+    deep = pool.tmp_root(tmp_path / ("y" * 200) / "workers")
+    assert deep.parent == Path(tempfile.gettempdir()) and len(str(deep)) < 40
 
 
 def test_an_idle_worker_leaves_by_itself(home, monkeypatch):

@@ -48,7 +48,7 @@ from pathlib import Path
 
 from fleet.config import CHROMIUM_ARGS
 from fleet.errors import FleetError
-from fleet.scraping.procs import alive as _alive, descendants, kill_pids, kill_tree, private_tmp, sweep_tmp
+from fleet.scraping.procs import alive as _alive, descendants, kill_pids, kill_tree, private_tmp, sweep_tmp, tmp_base
 
 START_TIMEOUT_S = 60.0
 
@@ -151,7 +151,7 @@ def _start(directory: Path, chromium: str) -> dict:
 def _stop(directory: Path, info: dict) -> None:
     kill_pids([info["host_pid"], *descendants(info["host_pid"]), info["chromium_pid"], *descendants(info["chromium_pid"])])
     (directory / f"server-{info['host_pid']}.json").unlink(missing_ok=True)  # the killed host cannot
-    sweep_tmp(directory / "tmp", killed=(info["host_pid"],))  # nor its Chromium's profile
+    sweep_tmp(tmp_base(directory), killed=(info["host_pid"],))  # nor its Chromium's profile
 
 
 def stop(directory: Path) -> None:
@@ -210,7 +210,7 @@ def _launch_server(directory: Path, chromium: str) -> subprocess.Popen:
 
 
 async def _serve(directory: Path, chromium: str) -> int:
-    private_tmp(directory / "tmp")  # before the server starts: the browser's profile and artifacts go there
+    private_tmp(tmp_base(directory))  # before the server starts: the browser's profile and artifacts go there
     server = _launch_server(directory, chromium)
     loop = asyncio.get_running_loop()
     try:
@@ -256,7 +256,7 @@ def serve(directory: Path, chromium: str) -> int:
     finally:
         kill_pids(descendants(os.getpid()))  # the browser server and its Chromium
         (directory / f"server-{os.getpid()}.json").unlink(missing_ok=True)
-        sweep_tmp(directory / "tmp", killed=(os.getpid(),))  # the killed Chromium's profile
+        sweep_tmp(tmp_base(directory), killed=(os.getpid(),))  # the killed Chromium's profile
 
 
 if __name__ == "__main__":

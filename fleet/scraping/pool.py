@@ -33,8 +33,9 @@ Files in a pool's directory (``FLEET_HOME/workers/own`` or ``.../shared``), per 
 - ``ID.log``: what the worker writes between sources;
 - ``ID.exit``: its exit status, written by the zygote that reaped it while a step may still ask.
 
-A worker's temporary files, its browser's profile among them, are in ``FLEET_HOME/workers/tmp/PID-START``
-(``procs.private_tmp``), removed by whoever kills it, by the worker as it leaves, and by :func:`stop_idle`.
+A worker's temporary files, its browser's profile among them, are in a folder of its own,
+``/tmp/fleet-UID-HASH/PID-START`` (``procs.private_tmp``; HASH names the pool root), removed by whoever kills it, by
+the worker as it leaves, and by :func:`stop_idle`.
 
 Protocol, one connection per source: the worker greets with ``fleet-worker PID SERVED``, the step sends one
 JSON line: the path of the attempt's spec (see fleet/scraping/runner.py), its environment and its working
@@ -62,7 +63,7 @@ from pathlib import Path
 from fleet.config import env_number
 from fleet.errors import FleetError
 from fleet.scraping import zygote
-from fleet.scraping.procs import alive, descendants, kill_pids, kill_tree, private_tmp, sweep_tmp
+from fleet.scraping.procs import alive, descendants, kill_pids, kill_tree, private_tmp, sweep_tmp, tmp_base
 
 GREETING = "fleet-worker"
 DONE = "\x1efleet-worker-done"
@@ -83,7 +84,7 @@ def max_sources() -> int:
 
 def tmp_root(root: Path) -> Path:
     """Where the workers of a ``FLEET_HOME/workers`` root keep their temporary files (procs.private_tmp)."""
-    return root / "tmp"
+    return tmp_base(root)
 
 
 def _paths(directory: Path, wid: str) -> dict[str, Path]:
@@ -370,8 +371,7 @@ def _prestart_main(directory: str, count: str, chromium: str, browser_dir: str, 
 
 
 def _kinds(root: Path) -> list[Path]:
-    """The pools of ``root`` (``own``, ``shared``): its folders but the workers' temporary files."""
-    return [d for d in root.iterdir() if d.is_dir() and d != tmp_root(root)] if root.exists() else []
+    return [d for d in root.iterdir() if d.is_dir()] if root.exists() else []
 
 
 def stop_idle(root: Path) -> int:
@@ -548,9 +548,11 @@ async def _serve(directory: Path, wid: str, chromium: str, browser_dir: Path | N
 
     spec = {"chromium": chromium, "node_cache": node_cache}
     worker.use_node_cache(spec)
-    private_tmp(tmp_root(directory.parent))  # before the driver starts: its browser's profile goes there
     if browser_dir is not None:
         spec["shared_endpoint"] = shared_browser.acquire(browser_dir, chromium)  # held until this worker exits
+    # after the shared browser's host may have been started from here (it must not inherit this worker's TMPDIR),
+    # before the driver starts: its browser's profile goes there
+    private_tmp(tmp_root(directory.parent))
     loop = asyncio.get_running_loop()
     idle_limit, cap = idle_seconds(), max_sources()
     async with async_playwright() as pw:

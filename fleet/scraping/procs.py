@@ -1,10 +1,14 @@
 """Process-tree helpers shared by the runner (killing a worker), the warm worker pool and the shared browser."""
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import os
 import shutil
 import signal
+import stat
 import subprocess
+import tempfile
 import time
 from pathlib import Path
 
@@ -78,18 +82,48 @@ def _start_time(pid: int | str) -> str | None:
     return fields[19] if fields and len(fields) > 19 else None
 
 
-def private_tmp(base: Path) -> Path:
+# The system's temporary folder, read before any private_tmp of this process points TMPDIR elsewhere.
+_SYSTEM_TMP = tempfile.gettempdir()
+# Chromium's full build puts its singleton socket at TMPDIR/org.chromium.Chromium.XXXXXX/SingletonSocket and
+# exits if that path is longer than a unix socket's 107 bytes.
+MAX_TMPDIR_LEN = 60
+
+
+def tmp_base(owner: Path) -> Path:
+    """Where the processes of ``owner`` (a ``FLEET_HOME/workers`` pool root, the shared browser's folder) keep their
+    :func:`private_tmp` folders: a short path in the system's temporary folder, named after ``owner``. Not under
+    ``FLEET_HOME``: a deep ``FLEET_HOME`` would make Chromium's singleton socket path too long."""
+    digest = hashlib.sha256(str(owner.resolve()).encode()).hexdigest()[:12]
+    return Path(_SYSTEM_TMP) / f"fleet-{os.getuid()}-{digest}"
+
+
+def private_tmp(base: Path) -> Path | None:
     """Give this process a temporary directory of its own, ``base/PID-STARTTIME``, and point ``TMPDIR`` at it, so that
     what it starts from now on writes there: Playwright's driver creates each browser's profile
     (``playwright_chromiumdev_profile-*``) and artifacts folder (``playwright-artifacts-*``) under it. The driver
     removes them when the browser closes; when the process is killed instead (a timeout, a crash, ``fleet run``
     stopping its idle workers), nothing would, and each such browser left ~0.2 MB in /tmp for good.
-    :func:`sweep_tmp` removes the directories of processes that are gone."""
+    :func:`sweep_tmp` removes the directories of processes that are gone.
+
+    Returns None, and leaves ``TMPDIR`` alone, if ``base`` is not a directory of this user's (someone else
+    created it first) or the path would be too long for Chromium (``MAX_TMPDIR_LEN``)."""
     own = base / f"{os.getpid()}-{_start_time(os.getpid())}"
-    shutil.rmtree(own, ignore_errors=True)
-    own.mkdir(parents=True, mode=0o700)
+    if len(str(own)) > MAX_TMPDIR_LEN:
+        return None
+    for _ in range(3):
+        try:
+            base.mkdir(mode=0o700, parents=True, exist_ok=True)
+            info = os.lstat(base)
+            if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid():
+                return None
+            shutil.rmtree(own, ignore_errors=True)
+            own.mkdir(mode=0o700)
+            break
+        except FileNotFoundError:  # a sweep removed the empty base meanwhile
+            continue
+    else:
+        return None
     os.environ["TMPDIR"] = str(own)
-    import tempfile
     tempfile.tempdir = None  # Python's own temporary files follow TMPDIR too
     return own
 
@@ -110,6 +144,8 @@ def sweep_tmp(base: Path, killed=()) -> int:
             continue
         shutil.rmtree(entry.path, ignore_errors=True)
         removed += 1
+    with contextlib.suppress(OSError):
+        base.rmdir()  # only if nothing is left in it
     return removed
 
 
