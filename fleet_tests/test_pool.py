@@ -164,8 +164,11 @@ def test_a_private_tmp_lives_as_long_as_its_process(tmp_path, monkeypatch, reque
     assert sweep_tmp(base, killed=(os.getpid(),)) == 1 and not mine.exists()
     (base / "notes").rmdir()
     assert sweep_tmp(base) == 0 and not base.exists()  # an empty base goes too
-    # a path too long for Chromium's singleton socket (the full build exits at start-up): TMPDIR is left alone
+    # a path too long for Chromium's singleton socket (the full build exits at start-up), or a base that cannot be
+    # a folder of ours: TMPDIR is left alone
     assert private_tmp(tmp_path / ("x" * 80)) is None and os.environ["TMPDIR"] == str(mine)
+    (short / "file").write_text("")
+    assert private_tmp(short / "file") is None and os.environ["TMPDIR"] == str(mine)
     # the real bases are short, in the system's temporary folder, whatever FLEET_HOME is
     deep = pool.tmp_root(tmp_path / ("y" * 200) / "workers")
     assert deep.parent == Path(tempfile.gettempdir()) and len(str(deep)) < 40

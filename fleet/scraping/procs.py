@@ -121,6 +121,8 @@ def private_tmp(base: Path) -> Path | None:
             break
         except FileNotFoundError:  # a sweep removed the empty base meanwhile
             continue
+        except OSError:  # not writable, or a file in its place: the system's TMPDIR, as before
+            return None
     else:
         return None
     os.environ["TMPDIR"] = str(own)
