@@ -129,10 +129,11 @@ def test_a_warm_worker_dies_with_its_step(home, tmp_path):
 def test_a_private_tmp_lives_as_long_as_its_process(tmp_path, monkeypatch, request):
     """procs.private_tmp and sweep_tmp with plain processes: a live process keeps its folder, and Python's own
     temporary files follow it there; a dead one's goes, as does one whose pid now names another process."""
-    from fleet.scraping.procs import private_tmp, sweep_tmp
-
     import shutil
     import tempfile
+
+    from fleet.scraping import procs
+    from fleet.scraping.procs import private_tmp, sweep_tmp
 
     short = Path(tempfile.mkdtemp(prefix="fleet-test-"))  # tmp_path is too deep for a TMPDIR Chromium accepts
     request.addfinalizer(lambda: shutil.rmtree(short, ignore_errors=True))
@@ -171,7 +172,7 @@ def test_a_private_tmp_lives_as_long_as_its_process(tmp_path, monkeypatch, reque
     assert private_tmp(short / "file") is None and os.environ["TMPDIR"] == str(mine)
     # the real bases are short, in the system's temporary folder, whatever FLEET_HOME is
     deep = pool.tmp_root(tmp_path / ("y" * 200) / "workers")
-    assert deep.parent == Path(tempfile.gettempdir()) and len(str(deep)) < 40
+    assert deep.parent == Path(procs._SYSTEM_TMP) and len(str(deep)) < 40
 
 
 def test_an_idle_worker_leaves_by_itself(home, monkeypatch):
