@@ -4,6 +4,7 @@ import json
 import os
 import re
 import time
+from pathlib import Path
 
 import pytest
 
@@ -73,7 +74,7 @@ def _renderers(chromium_pid: int) -> set[int]:
     out = set()
     for pid in descendants(chromium_pid):
         try:
-            if b"--type=renderer" in open(f"/proc/{pid}/cmdline", "rb").read():
+            if b"--type=renderer" in Path(f"/proc/{pid}/cmdline").read_bytes():
                 out.add(pid)
         except OSError:
             pass
