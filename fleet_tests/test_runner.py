@@ -104,10 +104,12 @@ def test_a_browser_that_dies_mid_scrape_is_infra(home, tmp_path):
     assert "the browser crashed" in out.error, out.error
 
 
-def test_a_browser_dead_before_the_context_opens_is_infra(tmp_path):
+def test_a_browser_dead_before_the_context_opens_is_infra(tmp_path, monkeypatch, request):
     """A warm worker's browser dies between two sources: the next source cannot get a context. No scraper code
     ran; that is infra, whatever the error's text (it was classified source)."""
     import asyncio
+    import shutil
+    import tempfile
 
     from playwright.async_api import async_playwright
 
@@ -122,6 +124,11 @@ def test_a_browser_dead_before_the_context_opens_is_infra(tmp_path):
             "run_id": "test", "deep": False, "timeout_s": 10, "work_dir": str(work),
             "evidence_dir": str(tmp_path / "evidence"), "spool_path": str(work / "rows.jsonl"),
             "ready_path": str(work / "ready"), "result_path": str(work / "result.json")}
+
+    # The browser killed here leaves its profile in the driver's TMPDIR (fleet's own workers use procs.private_tmp)
+    short = tempfile.mkdtemp(prefix="fleet-test-")
+    request.addfinalizer(lambda: shutil.rmtree(short, ignore_errors=True))
+    monkeypatch.setenv("TMPDIR", short)
 
     async def go():
         async with async_playwright() as pw:
