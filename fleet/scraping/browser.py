@@ -150,8 +150,7 @@ def _start(directory: Path, chromium: str) -> dict:
 
 def _stop(directory: Path, info: dict) -> None:
     kill_pids([info["host_pid"], *descendants(info["host_pid"]), info["chromium_pid"], *descendants(info["chromium_pid"])])
-    (directory / f"server-{info['host_pid']}.json").unlink(missing_ok=True)  # the killed host cannot
-    sweep_tmp(tmp_base(directory), killed=(info["host_pid"],))  # nor its Chromium's profile
+    _clear_host_files(directory, info["host_pid"])  # the killed host cannot
 
 
 def stop(directory: Path) -> None:
@@ -195,12 +194,23 @@ def _chromium_pid(parent: int) -> int | None:
     return None
 
 
+def _server_config(directory: Path, host_pid: int) -> Path:
+    return directory / f"server-{host_pid}.json"
+
+
+def _clear_host_files(directory: Path, host_pid: int) -> None:
+    """What the host ``host_pid`` leaves once it and its server are killed: its server's config, and its
+    temporary folder with the killed Chromium's profile."""
+    _server_config(directory, host_pid).unlink(missing_ok=True)
+    sweep_tmp(tmp_base(directory), killed=(host_pid,))
+
+
 def _launch_server(directory: Path, chromium: str) -> subprocess.Popen:
     """Playwright's browser server (``python -m playwright launch-server``, which runs its driver): it launches
     Chromium with the switches Playwright gives a browser it launches (plus fleet's), and prints a WebSocket
     endpoint on 127.0.0.1 with a random, unguessable path. Each worker that connects (``browser_type.connect``)
     sees and drives only the contexts it created, which the server closes when that worker's connection drops."""
-    config = directory / f"server-{os.getpid()}.json"
+    config = _server_config(directory, os.getpid())
     config.write_text(json.dumps({"executablePath": chromium, "headless": True, "args": list(CHROMIUM_ARGS),
                                   "host": "127.0.0.1", "port": 0, "handleSIGINT": False, "handleSIGTERM": False,
                                   "handleSIGHUP": False}))
@@ -255,8 +265,7 @@ def serve(directory: Path, chromium: str) -> int:
         return asyncio.run(_serve(directory, chromium))
     finally:
         kill_pids(descendants(os.getpid()))  # the browser server and its Chromium
-        (directory / f"server-{os.getpid()}.json").unlink(missing_ok=True)
-        sweep_tmp(tmp_base(directory), killed=(os.getpid(),))  # the killed Chromium's profile
+        _clear_host_files(directory, os.getpid())
 
 
 if __name__ == "__main__":
