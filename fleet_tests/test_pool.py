@@ -206,6 +206,47 @@ def test_bad_worker_settings_are_clear_errors(monkeypatch):
         pool.idle_seconds()
 
 
+def test_a_fleet_home_too_long_for_the_workers_sockets_is_a_clear_error_and_the_longest_that_fits_works(
+        home, tmp_path, monkeypatch):
+    """A worker's socket lives under FLEET_HOME, and a unix socket's path holds at most 107 bytes. A longer home
+    used to pass unnoticed: every worker failed to bind (``AF_UNIX path too long``), so every source failed as
+    infra and was re-executed, with the cause deep in a traceback."""
+    import socket
+
+    from fleet.config import HOME_MAX_BYTES, LONGEST_SOCKET
+
+    pad = HOME_MAX_BYTES - len(os.fsencode(tmp_path)) - 1
+    if pad < 2:
+        pytest.skip(f"the test's folder {tmp_path} leaves no room for a home of {HOME_MAX_BYTES} bytes")
+    longest, too_long = tmp_path / ("h" * pad), tmp_path / ("h" * (pad + 1))
+    assert len(os.fsencode(longest)) == HOME_MAX_BYTES
+    monkeypatch.setenv("FLEET_HOME", str(too_long))
+    with pytest.raises(FleetError, match=rf"FLEET_HOME is too long: {too_long} is {HOME_MAX_BYTES + 1} bytes.*"
+                                         rf"unix socket path; use a folder of at most {HOME_MAX_BYTES} bytes"):
+        settings()
+    # the kernel agrees: the longest socket the pool binds (a shared-pool worker's while it starts) fits under
+    # the longest home, and not under one byte more
+    for root, fits in ((longest, True), (too_long, False)):
+        path = Path(f"{root}{LONGEST_SOCKET}")
+        path.parent.mkdir(parents=True)
+        with socket.socket(socket.AF_UNIX) as sock:
+            if fits:
+                sock.bind(str(path))
+                path.unlink()
+            else:
+                with pytest.raises(OSError, match="too long"):
+                    sock.bind(str(path))
+    # and a real warm worker starts and serves a source there
+    monkeypatch.setenv("FLEET_HOME", str(longest))
+    try:
+        assert settings().home == longest
+        out, rows = _run(longest, "probe")
+        assert out.status == "ok", out.error
+        assert pool.stop_idle(longest / "workers") == 1
+    finally:
+        pool.stop(longest / "workers")
+
+
 HOLD_SLOT = """
 import sys, time
 from pathlib import Path
