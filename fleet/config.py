@@ -20,12 +20,6 @@ CHROMIUM_ARGS = ("--disable-background-networking", "--disable-component-update"
 CHROMIUM_CANDIDATES = ("/usr/bin/chromium-headless-shell", "/usr/lib/chromium/chromium-headless-shell",
                        "/usr/bin/chromium", "/usr/bin/chromium-browser", "/usr/lib/chromium/chromium",
                        "/usr/bin/google-chrome", "/snap/bin/chromium")
-# A unix socket's path holds at most 107 bytes (sun_path is 108 with its NUL). The longest one fleet binds under
-# FLEET_HOME is a warm worker's while it starts (fleet/scraping/pool.py: ``.ID.sock``, ID 12 hex digits, in the
-# shared pool); the zygote's is shorter. A longer home would make every worker fail to start, as infra.
-SOCKET_PATH_MAX = 107
-LONGEST_SOCKET = "/workers/shared/.0123456789ab.sock"
-HOME_MAX_BYTES = SOCKET_PATH_MAX - len(LONGEST_SOCKET)
 
 
 def env_number(name: str, default, cast=float):
@@ -108,11 +102,6 @@ class Settings:
 
 def settings() -> Settings:
     home = Path(os.environ.get("FLEET_HOME") or (Path.cwd() / ".fleet")).resolve()
-    if len(os.fsencode(home)) > HOME_MAX_BYTES:
-        raise FleetError(f"FLEET_HOME is too long: {home} is {len(os.fsencode(home))} bytes, and the warm workers' "
-                         f"sockets under it ({home}{LONGEST_SOCKET}) must fit the {SOCKET_PATH_MAX} bytes of a unix "
-                         f"socket path; use a folder of at most {HOME_MAX_BYTES} bytes"
-                         + ("" if os.environ.get("FLEET_HOME") else " (set FLEET_HOME; the default is ./.fleet)"))
     prefix = os.environ.get("FLEET_DATA_PREFIX", "data/").strip()
     if not prefix or prefix.startswith("/") or ".." in Path(prefix).parts:
         raise FleetError(f"FLEET_DATA_PREFIX must be a relative folder inside the repository, got {prefix!r}")

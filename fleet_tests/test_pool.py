@@ -206,45 +206,29 @@ def test_bad_worker_settings_are_clear_errors(monkeypatch):
         pool.idle_seconds()
 
 
-def test_a_fleet_home_too_long_for_the_workers_sockets_is_a_clear_error_and_the_longest_that_fits_works(
-        home, tmp_path, monkeypatch):
-    """A worker's socket lives under FLEET_HOME, and a unix socket's path holds at most 107 bytes. A longer home
-    used to pass unnoticed: every worker failed to bind (``AF_UNIX path too long``), so every source failed as
-    infra and was re-executed, with the cause deep in a traceback."""
-    import socket
+def test_a_fleet_home_deeper_than_a_unix_socket_path_still_gets_warm_workers_from_the_zygote(home, tmp_path,
+                                                                                             monkeypatch):
+    """The zygote's and the workers' sockets live under FLEET_HOME, and a socket's address holds at most 107
+    bytes. A home of more than ~73 bytes used to make every worker fail to bind (``AF_UNIX path too long``), so
+    every source failed as infra and was re-executed, with the cause deep in a traceback."""
+    from fleet.scraping.procs import SOCKET_PATH_MAX
 
-    from fleet.config import HOME_MAX_BYTES, LONGEST_SOCKET
-
-    pad = HOME_MAX_BYTES - len(os.fsencode(tmp_path)) - 1
-    if pad < 2:
-        pytest.skip(f"the test's folder {tmp_path} leaves no room for a home of {HOME_MAX_BYTES} bytes")
-    longest, too_long = tmp_path / ("h" * pad), tmp_path / ("h" * (pad + 1))
-    assert len(os.fsencode(longest)) == HOME_MAX_BYTES
-    monkeypatch.setenv("FLEET_HOME", str(too_long))
-    with pytest.raises(FleetError, match=rf"FLEET_HOME is too long: {too_long} is {HOME_MAX_BYTES + 1} bytes.*"
-                                         rf"unix socket path; use a folder of at most {HOME_MAX_BYTES} bytes"):
-        settings()
-    # the kernel agrees: the longest socket the pool binds (a shared-pool worker's while it starts) fits under
-    # the longest home, and not under one byte more
-    for root, fits in ((longest, True), (too_long, False)):
-        path = Path(f"{root}{LONGEST_SOCKET}")
-        path.parent.mkdir(parents=True)
-        with socket.socket(socket.AF_UNIX) as sock:
-            if fits:
-                sock.bind(str(path))
-                path.unlink()
-            else:
-                with pytest.raises(OSError, match="too long"):
-                    sock.bind(str(path))
-    # and a real warm worker starts and serves a source there
-    monkeypatch.setenv("FLEET_HOME", str(longest))
+    deep = tmp_path / ("d" * 60) / ("e" * 60) / "home"
+    deep.mkdir(parents=True)
+    monkeypatch.setenv("FLEET_HOME", str(deep))
+    root = deep / "workers"
+    assert len(os.fsencode(root / "zygote.sock")) > SOCKET_PATH_MAX
     try:
-        assert settings().home == longest
-        out, rows = _run(longest, "probe")
+        out, rows = _run(deep, "probe")
         assert out.status == "ok", out.error
-        assert pool.stop_idle(longest / "workers") == 1
+        assert _ppid(rows[0]["pid"]) == int((root / "zygote.pid").read_text())  # the zygote answered, too
+        assert [p.name for p in (root / "own").glob("*.sock")] == [f"{w}.sock" for w in pool._worker_ids(root / "own")]
+        out, again = _run(deep, "probe")  # the idle worker is found by its socket and takes the next source
+        assert out.status == "ok", out.error
+        assert again[0]["pid"] == rows[0]["pid"]
     finally:
-        pool.stop(longest / "workers")
+        pool.stop(root)
+    assert not (root / "zygote.sock").exists()
 
 
 HOLD_SLOT = """

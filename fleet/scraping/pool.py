@@ -63,7 +63,8 @@ from pathlib import Path
 from fleet.config import env_number
 from fleet.errors import FleetError
 from fleet.scraping import zygote
-from fleet.scraping.procs import alive, descendants, kill_pids, kill_tree, private_tmp, sweep_tmp, tmp_base
+from fleet.scraping.procs import (alive, descendants, kill_pids, kill_tree, private_tmp, sweep_tmp, tmp_base,
+                                  unix_address)
 
 GREETING = "fleet-worker"
 DONE = "\x1efleet-worker-done"
@@ -191,7 +192,8 @@ def _connect(directory: Path, wid: str, pid: int, lock_fd: int, popen) -> Lease:
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         conn.settimeout(CONNECT_TIMEOUT_S)
-        conn.connect(str(directory / f"{wid}.sock"))
+        with unix_address(directory / f"{wid}.sock") as address:
+            conn.connect(address)
         reader = conn.makefile("r", encoding="utf-8", errors="replace")
         word, said_pid, served = reader.readline().split()
         if word != GREETING or int(said_pid) != pid:
@@ -560,7 +562,8 @@ async def _serve(directory: Path, wid: str, chromium: str, browser_dir: Path | N
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         tmp = directory / f".{wid}.sock"
         tmp.unlink(missing_ok=True)
-        listener.bind(str(tmp))
+        with unix_address(tmp) as address:
+            listener.bind(address)
         os.chmod(tmp, 0o600)  # only this user's steps may hand it work
         listener.listen(4)
         os.replace(tmp, directory / f"{wid}.sock")  # appears only once the browser is up

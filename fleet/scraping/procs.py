@@ -13,6 +13,29 @@ import time
 from pathlib import Path
 
 
+# A unix socket's address holds at most 107 bytes (sun_path is 108 with its NUL).
+SOCKET_PATH_MAX = 107
+
+
+@contextlib.contextmanager
+def unix_address(path: Path):
+    """``path`` as an address an AF_UNIX socket can bind or connect to, however deep its folder is.
+
+    The warm workers' and the zygote's sockets live under ``FLEET_HOME``; a home of more than ~73 bytes made
+    their full path too long for a socket (``OSError: AF_UNIX path too long``), so no worker could start and
+    every source failed as infra. A path that does not fit is reached through the folder's descriptor instead,
+    ``/proc/self/fd/N/NAME``: the socket file is created, or found, in the folder itself."""
+    text = str(path)
+    if len(os.fsencode(text)) <= SOCKET_PATH_MAX:
+        yield text
+        return
+    fd = os.open(path.parent, os.O_PATH | os.O_DIRECTORY)
+    try:
+        yield f"/proc/self/fd/{fd}/{path.name}"
+    finally:
+        os.close(fd)
+
+
 def stat_fields(pid: int | str) -> list[str] | None:
     """``/proc/PID/stat`` from its third field on (the state, the parent's pid, ...; ``proc(5)`` numbers them
     from 1, so field N is ``[N - 3]`` here), or None when there is no such process. The command name (field 2) is

@@ -34,7 +34,7 @@ import sys
 import time
 from pathlib import Path
 
-from fleet.scraping.procs import PolledProcess, alive
+from fleet.scraping.procs import PolledProcess, alive, unix_address
 
 SOCK, LOCK, PID = "zygote.sock", "zygote.lock", "zygote.pid"
 IDLE_S = 60.0
@@ -108,7 +108,8 @@ def spawn(root: Path, serve_args: list[str], log_path: Path, exit_path: Path, en
 def _ask(root: Path, serve_args, log_path, exit_path, env, cwd) -> ZygoteChild:
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
         conn.settimeout(10)
-        conn.connect(str(root / SOCK))
+        with unix_address(root / SOCK) as address:
+            conn.connect(address)
         conn.sendall((json.dumps({"args": serve_args, "log": str(log_path), "exit": str(exit_path), "env": env,
                                   "cwd": cwd}) + "\n").encode())
         with conn.makefile("r") as reader:
@@ -197,7 +198,8 @@ def main(root: Path) -> int:
     tmp = root / f".{SOCK}.{os.getpid()}"
     tmp.unlink(missing_ok=True)
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    listener.bind(str(tmp))
+    with unix_address(tmp) as address:
+        listener.bind(address)
     os.chmod(tmp, 0o600)  # only this user's steps may ask for workers
     listener.listen(16)
     os.replace(tmp, root / SOCK)
