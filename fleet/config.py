@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import math
 import os
 import shutil
 from pathlib import Path
@@ -22,8 +23,9 @@ CHROMIUM_CANDIDATES = ("/usr/bin/chromium-headless-shell", "/usr/lib/chromium/ch
                        "/usr/bin/google-chrome", "/snap/bin/chromium")
 
 
-def env_number(name: str, default, cast=float):
-    """``FLEET_*`` variable ``name`` as a non-negative ``cast`` (int or float); ``default`` when unset or empty."""
+def env_number(name: str, default, cast=float, minimum=0):
+    """``FLEET_*`` variable ``name`` as a ``cast`` (int or float) of at least ``minimum``; ``default`` when unset
+    or empty. Anything else is a FleetError naming the variable, never a silent clamp."""
     raw = os.environ.get(name, "").strip()
     if not raw:
         return default
@@ -32,13 +34,55 @@ def env_number(name: str, default, cast=float):
     except ValueError:
         kind = "a whole number" if cast is int else "a number"
         raise FleetError(f"{name} must be {kind}, got {raw!r}") from None
-    if value < 0:
-        raise FleetError(f"{name} must not be negative, got {value}")
+    if math.isnan(value):
+        raise FleetError(f"{name} must be a number, got {raw!r}")
+    if value < minimum:
+        raise FleetError(f"{name} must not be negative, got {raw}" if minimum == 0
+                         else f"{name} must be at least {minimum}, got {raw}")
     return value
 
 
-def _int(name: str, default: int) -> int:
-    return env_number(name, default, int)
+def env_flag(name: str) -> bool:
+    """``FLEET_*`` on/off variable ``name``: 1/true/yes/on or 0/false/no/off (any case); off when unset or empty."""
+    raw = os.environ.get(name, "").strip().lower()
+    if raw in ("", "0", "false", "no", "off"):
+        return False
+    if raw in ("1", "true", "yes", "on"):
+        return True
+    raise FleetError(f"{name} must be 1 or 0, got {os.environ[name]!r}")
+
+
+def env_choice(name: str, default: str, choices: tuple[str, ...]) -> str:
+    raw = os.environ.get(name, "").strip() or default
+    if raw not in choices:
+        raise FleetError(f"{name} must be {' or '.join(repr(c) for c in choices)}, got {raw!r}")
+    return raw
+
+
+# Read where they are used (the workers, the runner, the shared browser), and checked by settings() before anything
+# runs: a bad value used to surface only inside each worker, as every source failing as infra.
+def worker_idle_s() -> float:
+    return env_number("FLEET_WORKER_IDLE_S", 30.0)
+
+
+def worker_max_sources() -> int:
+    return env_number("FLEET_WORKER_MAX_SOURCES", 50, int, minimum=1)
+
+
+def browser_startup_s() -> float:
+    return env_number("FLEET_BROWSER_STARTUP_S", 90.0, minimum=1)
+
+
+def browser_idle_s() -> float:
+    return env_number("FLEET_BROWSER_IDLE_S", 30.0)
+
+
+def worker_start() -> str:
+    return env_choice("FLEET_WORKER_START", "fork", ("fork", "spawn"))
+
+
+def _int(name: str, default: int, minimum: int = 0) -> int:
+    return env_number(name, default, int, minimum)
 
 
 def _start_week() -> str:
@@ -100,25 +144,35 @@ class Settings:
         return self.home / "browser"
 
 
+def _check_home(home: Path) -> None:
+    """FLEET_HOME must be a folder, or one that can be made: not a file, nor under one, nor read-only."""
+    if home.exists() and not home.is_dir():
+        raise FleetError(f"FLEET_HOME {home} exists and is not a folder")
+    existing = next(p for p in (home, *home.parents) if p.exists())
+    if not existing.is_dir():
+        raise FleetError(f"FLEET_HOME {home} cannot be a folder: {existing} is a file")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise FleetError(f"FLEET_HOME {home} is not writable ({existing} is not)")
+
+
 def settings() -> Settings:
     home = Path(os.environ.get("FLEET_HOME") or (Path.cwd() / ".fleet")).resolve()
+    _check_home(home)
     prefix = os.environ.get("FLEET_DATA_PREFIX", "data/").strip()
     if not prefix or prefix.startswith("/") or ".." in Path(prefix).parts:
         raise FleetError(f"FLEET_DATA_PREFIX must be a relative folder inside the repository, got {prefix!r}")
     if not prefix.endswith("/"):
         prefix += "/"
     # Sharing is opt-in: under load a shared Chromium sometimes took no screenshot of a failed page at all.
-    browser = os.environ.get("FLEET_BROWSER", "own").strip() or "own"
-    if browser not in ("shared", "own"):
-        raise FleetError(f"FLEET_BROWSER must be 'shared' or 'own', got {browser!r}")
-    workers = os.environ.get("FLEET_WORKERS", "warm").strip() or "warm"
-    if workers not in ("warm", "fresh"):
-        raise FleetError(f"FLEET_WORKERS must be 'warm' or 'fresh', got {workers!r}")
-    max_parallel = max(1, _int("FLEET_MAX_PARALLEL", 10))
+    browser = env_choice("FLEET_BROWSER", "own", ("shared", "own"))
+    workers = env_choice("FLEET_WORKERS", "warm", ("warm", "fresh"))
+    max_parallel = _int("FLEET_MAX_PARALLEL", 10, minimum=1)
+    for check in (worker_idle_s, worker_max_sources, browser_startup_s, browser_idle_s, worker_start):
+        check()
     return Settings(
         home=home,
         data_remote=os.environ.get("FLEET_DATA_REMOTE") or str(home / "data-remote.git"),
-        branch=os.environ.get("FLEET_DATA_BRANCH", "main"),
+        branch=os.environ.get("FLEET_DATA_BRANCH", "").strip() or "main",
         prefix=prefix,
         max_parallel=max_parallel,
         crash_reruns=_int("FLEET_CRASH_RERUNS", 2),
@@ -126,10 +180,10 @@ def settings() -> Settings:
         git_token=os.environ.get("FLEET_GIT_TOKEN") or None,
         browser=browser,
         workers=workers,
-        compute_logs=os.environ.get("FLEET_COMPUTE_LOGS", "0") == "1",
+        compute_logs=env_flag("FLEET_COMPUTE_LOGS"),
         # half a wave: 4, 5 and 10 of headroom at a cap of 10 measured the same (BENCHMARKS.md), 2 slower
         step_headroom=_int("FLEET_STEP_HEADROOM", max(1, max_parallel // 2)),
-        run_monitor_s=max(1, _int("FLEET_RUN_MONITOR_S", 30)),
+        run_monitor_s=_int("FLEET_RUN_MONITOR_S", 30, minimum=1),
     )
 
 
@@ -137,7 +191,7 @@ def chromium_path() -> str:
     """``FLEET_CHROMIUM`` if set, else the first Chromium found on this machine."""
     explicit = os.environ.get("FLEET_CHROMIUM")
     if explicit:
-        if not os.access(explicit, os.X_OK):
+        if not (os.path.isfile(explicit) and os.access(explicit, os.X_OK)):
             raise FleetError(f"FLEET_CHROMIUM={explicit!r} is not an executable file")
         return explicit
     for cand in CHROMIUM_CANDIDATES:
@@ -154,10 +208,14 @@ def chromium_path() -> str:
 def scraper_dirs() -> list[Path]:
     """``FLEET_SCRAPERS_DIR`` (os.pathsep-separated) if set, else the project's ``scrapers/``
     (plus ``scrapers/faults`` when ``FLEET_DEMO_FAULTS=1``)."""
-    raw = os.environ.get("FLEET_SCRAPERS_DIR")
+    raw = os.environ.get("FLEET_SCRAPERS_DIR", "").strip()
     if raw:
-        return [Path(p).resolve() for p in raw.split(os.pathsep) if p]
+        dirs = [Path(p).resolve() for p in raw.split(os.pathsep) if p]
+        missing = [str(d) for d in dirs if not d.is_dir()]
+        if missing:  # otherwise a typo is a week of zero sources
+            raise FleetError(f"FLEET_SCRAPERS_DIR names no folder at {', '.join(missing)}")
+        return dirs
     dirs = [PROJECT_ROOT / "scrapers"]
-    if os.environ.get("FLEET_DEMO_FAULTS") == "1":
+    if env_flag("FLEET_DEMO_FAULTS"):
         dirs.append(PROJECT_ROOT / "scrapers" / "faults")
     return dirs

@@ -163,10 +163,8 @@ def test_a_module_that_hangs_or_raises_at_import_fails_as_its_source_within_its_
                                                                                       what, status):
     """The warm worker imports the module afresh for the source. That import is the source's code: it counts
     against timeout_s (not the browser's start-up limit), and fails as source, naming the module."""
-    from fleet.scraping import runner
-
     monkeypatch.setenv("FLEET_TEST_PID", str(os.getpid()))
-    monkeypatch.setattr(runner, "STARTUP_LIMIT_S", 20.0)  # the browser's limit, so the old behaviour shows in 20 s
+    monkeypatch.setenv("FLEET_BROWSER_STARTUP_S", "20")  # the browser's limit, so the old behaviour shows in 20 s
     src = scraper(tmp_path, "bad_import", 'yield {"id": 1}', timeout_s=3, module=HANGS_IN_WORKER.format(what=what))
     out, store = run(home, src)
     assert (out.status, out.category) == (status, "source"), out

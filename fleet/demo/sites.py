@@ -442,11 +442,9 @@ class DemoSites:
 
     def __init__(self, port: int = 0, latency_ms: float | None = None, state_dir: Path | None = None):
         if latency_ms is None:
-            raw = os.environ.get("FLEET_DEMO_LATENCY_MS", "")
-            try:
-                latency_ms = float(raw) if raw.strip() else 50.0
-            except ValueError:
-                raise ValueError(f"FLEET_DEMO_LATENCY_MS must be a number of milliseconds, got {raw!r}") from None
+            from fleet.config import env_number  # a FleetError naming the variable, as for every FLEET_ setting
+
+            latency_ms = env_number("FLEET_DEMO_LATENCY_MS", 50.0)
         self.port = port
         self.latency_s = max(0.0, latency_ms) / 1000
         if state_dir is None and os.environ.get("FLEET_DEMO_STATE_DIR"):

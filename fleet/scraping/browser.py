@@ -46,7 +46,7 @@ import sys
 import time
 from pathlib import Path
 
-from fleet.config import CHROMIUM_ARGS
+from fleet.config import CHROMIUM_ARGS, browser_idle_s
 from fleet.errors import FleetError
 from fleet.scraping.procs import alive as _alive, descendants, kill_pids, kill_tree, private_tmp, sweep_tmp, tmp_base
 
@@ -54,11 +54,7 @@ START_TIMEOUT_S = 60.0
 
 
 def idle_seconds() -> float:
-    raw = os.environ.get("FLEET_BROWSER_IDLE_S", "30")
-    try:
-        return max(0.0, float(raw))
-    except ValueError:
-        raise FleetError(f"FLEET_BROWSER_IDLE_S must be a number of seconds, got {raw!r}") from None
+    return browser_idle_s()
 
 
 @contextlib.contextmanager

@@ -60,7 +60,7 @@ import time
 import uuid
 from pathlib import Path
 
-from fleet.config import env_number
+from fleet.config import browser_startup_s, worker_idle_s, worker_max_sources
 from fleet.errors import FleetError
 from fleet.scraping import zygote
 from fleet.scraping.procs import (alive, descendants, kill_pids, kill_tree, private_tmp, sweep_tmp, tmp_base,
@@ -76,11 +76,11 @@ class WorkerStartError(FleetError):
 
 
 def idle_seconds() -> float:
-    return env_number("FLEET_WORKER_IDLE_S", 30.0)
+    return worker_idle_s()
 
 
 def max_sources() -> int:
-    return max(1, env_number("FLEET_WORKER_MAX_SOURCES", 50, int))
+    return worker_max_sources()
 
 
 def tmp_root(root: Path) -> Path:
@@ -363,7 +363,7 @@ def _prestart_main(directory: str, count: str, chromium: str, browser_dir: str, 
     try:
         started = prestart(Path(directory), int(count), chromium=chromium,
                            browser_dir=Path(browser_dir) if browser_dir else None, node_cache=node_cache,
-                           startup_limit=env_number("FLEET_BROWSER_STARTUP_S", 90.0))
+                           startup_limit=browser_startup_s())
     except WorkerStartError as exc:
         print(f"prestart {os.getpid()}: {exc}", file=sys.stderr)
         return 1

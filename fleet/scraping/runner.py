@@ -19,7 +19,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from fleet.config import chromium_path, settings
+from fleet.config import browser_startup_s, chromium_path, settings, worker_start
 from fleet.errors import BadRowError, FleetError, ScraperDefinitionError
 from fleet.scraping import browser as shared_browser
 from fleet.scraping import pool
@@ -32,7 +32,6 @@ from fleet.storage import store as keys
 from fleet.storage.frames import build_frame, read_spool
 from fleet.storage.store import ArtifactStore
 
-STARTUP_LIMIT_S = float(os.environ.get("FLEET_BROWSER_STARTUP_S", "90"))
 
 
 @dataclasses.dataclass
@@ -126,7 +125,7 @@ FORK_SAFE_THREADS = frozenset({"QueueFeederThread", "termination-handler"})
 def can_fork() -> bool:
     """Fork from the main thread when every other thread is a known one (above); otherwise (an unknown thread
     may hold any lock) start a fresh interpreter. ``FLEET_WORKER_START=spawn`` always does."""
-    if os.environ.get("FLEET_WORKER_START", "fork") != "fork" or threading.current_thread() is not threading.main_thread():
+    if worker_start() != "fork" or threading.current_thread() is not threading.main_thread():
         return False
     return all(t.name in FORK_SAFE_THREADS for t in threading.enumerate() if t is not threading.main_thread())
 
@@ -186,6 +185,7 @@ def run_source(source: Source, week: str, *, store: ArtifactStore, run_id: str, 
         return out
 
     s = settings()
+    startup_limit = browser_startup_s()  # FLEET_BROWSER_STARTUP_S
     attempt = f"{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:6]}"
     spec = {
         "source": source.name, "module_path": str(source.module_path), "class_name": source.class_name,
@@ -220,7 +220,7 @@ def run_source(source: Source, week: str, *, store: ArtifactStore, run_id: str, 
             try:
                 proc = pool.lease(s.home / "workers" / ("shared" if shared else "own"), chromium=spec["chromium"],
                                   browser_dir=s.browser_dir if shared else None, node_cache=spec["node_cache"],
-                                  startup_limit=STARTUP_LIMIT_S)
+                                  startup_limit=startup_limit)
             except pool.WorkerStartError as exc:
                 proc, start_error = None, str(exc)
             else:
@@ -274,7 +274,7 @@ def run_source(source: Source, week: str, *, store: ArtifactStore, run_id: str, 
                 now = time.monotonic()
                 if ready_at is None and ready_path.exists():
                     ready_at = now
-                if ready_at is None and now - started > STARTUP_LIMIT_S:
+                if ready_at is None and now - started > startup_limit:
                     startup_failed = True
                     break
                 if ready_at is not None and now - ready_at > timeout:
@@ -314,7 +314,7 @@ def run_source(source: Source, week: str, *, store: ArtifactStore, run_id: str, 
                            f"(limit {timeout:g}s, less a grace to save evidence); its worker stopped it"}
     elif startup_failed:
         result = {"status": "failed", "category": "infra",
-                  "error": f"source {source.name}: the browser did not start within {STARTUP_LIMIT_S:g}s"}
+                  "error": f"source {source.name}: the browser did not start within {startup_limit:g}s"}
     elif result is None:
         result = {"status": "failed", "category": "infra",
                   "error": f"source {source.name}: the scrape worker died without reporting ({_exit_reason(proc)})"}
