@@ -6,6 +6,7 @@ import datetime as dt
 import fcntl
 import os
 import re
+import signal
 import sys
 from pathlib import Path
 
@@ -29,7 +30,7 @@ def resolve_week(week: str | None, option: str = "--week") -> str:
     """The partition key of ``week`` (default: the last complete week); a week the partitions do not hold (before
     FLEET_START_WEEK, or after the week in progress) is a FleetError, which the command group prints."""
     try:
-        w = week_key(week) if week else last_complete_week(dt.date.today()).isoformat()
+        w = week_key(week) if week is not None else last_complete_week(dt.date.today()).isoformat()
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint=option) from None
     return check_week_in_partitions(w)
@@ -64,14 +65,26 @@ def run_week(week: str, sources: tuple[str, ...] = (), deep: tuple[str, ...] = (
     from fleet.scraping import zygote
 
     s = settings()
-    from fleet.publish.commit import DataRepo
-    DataRepo.from_settings(s)  # a bad FLEET_DATA_BRANCH or FLEET_DATA_PREFIX is refused before the week is scraped
+    from fleet.publish.commit import DataRepo, check_remote
+    # Refused before the week is scraped: a bad FLEET_DATA_BRANCH or FLEET_DATA_PREFIX, a FLEET_DATA_REMOTE that is a
+    # file or a folder of something else, no Chromium (each worker would fail as infra, the source named but not
+    # the cause).
+    check_remote(DataRepo.from_settings(s))
+    chromium_path()
+    scraper_dirs()  # FLEET_SCRAPERS_DIR names folders that exist
+    if not os.environ.get("FLEET_SCRAPERS_DIR", "").strip() and not os.environ.get("FLEET_DEMO_URL", "").strip():
+        raise FleetError("no FLEET_SCRAPERS_DIR is set, and the bundled demo scrapers need the demo sites: "
+                         "use `fleet demo`, or point FLEET_SCRAPERS_DIR at your scrapers")
     # Before this process imports Dagster and creates the run (~3 s of one core here): the zygote imports what
     # warm workers need, and the workers the first wave will ask for start, one after another, on the other core.
     zygote.start(s.home / "workers")
     prestarter = _prestart(s, week, sources, deep, refresh)
     try:
         return _run_week(s, week, sources, deep, refresh, echo, prestarter)
+    except BaseException:  # an unknown source, an interrupt: the workers started ahead of the week are not needed
+        pool.stop_prestart(prestarter)
+        pool.stop_idle(s.home / "workers")
+        raise
     finally:
         pool.stop_prestart(prestarter)
 
@@ -230,14 +243,14 @@ def report(instance, week: str, names: list[str], publish_run, echo, selected: l
             if ev.event_type == DagsterEventType.STEP_SUCCESS:
                 steps_ok.add(ev.step_key)
             else:
-                failures[ev.step_key] = ev.step_failure_data.error.message.strip() if ev.step_failure_data.error else "failed"
+                failures[ev.step_key] = _step_error(ev.step_failure_data.error)
     for stage in ("raw", "processed"):
         rec = store.read_json(week, keys.commit_key(stage))
         if f"{stage}_commit" in steps_ok and rec:
             echo(f"commit {stage:<9} {rec['status']:<10} {rec['sha']}")
     print_alerts(week, echo, run_ids=run_ids)
     for step, msg in failures.items():
-        echo(f"FAILED {step}: {msg.splitlines()[-1] if msg else ''}", err=True)
+        echo(f"FAILED {step}: {msg.splitlines()[0] if msg else ''}", err=True)
     if "raw_commit" not in steps_ok:
         if publish_run is None:
             echo("nothing was committed: no publish run happened", err=True)
@@ -247,6 +260,16 @@ def report(instance, week: str, names: list[str], publish_run, echo, selected: l
              "rerun with `fleet reprocess` or `fleet commit --stage processed`", err=True)
         return EXIT_PARTIAL
     return EXIT_OK if all(r.status == "ok" for r in rows if r.source in selected) else EXIT_PARTIAL
+
+
+def _step_error(error) -> str:
+    """What a failed step says: the error its own code raised, not Dagster's wrapper around it ("Error occurred
+    while executing op ..."), whose cause it is."""
+    if error is None:
+        return "failed"
+    while error.cause is not None and error.cls_name == "DagsterExecutionStepExecutionError":
+        error = error.cause
+    return error.message.strip()
 
 
 def print_alerts(week: str, echo, run_ids: list[str] | None = None) -> None:
@@ -288,6 +311,13 @@ def main():
 
 
 def _check_run_options(sources: tuple[str, ...], deep: tuple[str, ...]) -> None:
+    from fleet.scraping.contract import NAME_RE
+
+    for option, names in (("--source", sources), ("--deep", deep)):
+        bad = [n for n in names if not NAME_RE.match(n)]
+        if bad:
+            raise click.BadParameter(f"{', '.join(map(repr, bad))}: a source's name matches [a-z][a-z0-9_]*",
+                                     param_hint=option)
     left_out = [n for n in deep if sources and n not in sources]
     if left_out:
         raise click.BadParameter(f"{', '.join(left_out)} not among --source {' '.join(sources)}; its deep phase "
@@ -471,7 +501,7 @@ def commit(week, stage):
 
 
 @main.command()
-@click.option("--port", default=3000, show_default=True)
+@click.option("--port", default=3000, show_default=True, type=click.IntRange(1, 65535))
 @click.option("--demo/--no-demo", default=None, help="Serve the demo sites too (default: when using the bundled scrapers).")
 def ui(port, demo):
     """The Dagster UI (webserver and daemon) on workspace.yaml."""
@@ -493,7 +523,22 @@ def ui(port, demo):
         click.echo(f"fleet: demo sites at {sites.url}")
     with stack:
         cmd = [sys.executable, "-m", "dagster", "dev", "-w", str(PROJECT_ROOT / "workspace.yaml"), "-p", str(port)]
-        sys.exit(subprocess.call(cmd, cwd=PROJECT_ROOT))
+        dev = subprocess.Popen(cmd, cwd=PROJECT_ROOT)
+        # `kill` of this process alone (not its group, as Ctrl-C is) must not leave `dagster dev`, its webserver
+        # and its daemon running: it gets the signal too, and stops them as it does on Ctrl-C.
+        previous = {sig: signal.signal(sig, lambda signum, _frame: dev.send_signal(signum))
+                    for sig in (signal.SIGTERM, signal.SIGHUP)}
+        try:
+            while True:
+                try:
+                    code = dev.wait()
+                    break
+                except KeyboardInterrupt:  # Ctrl-C reached `dagster dev` as well; wait for it to stop
+                    continue
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+        sys.exit(code)
 
 
 if __name__ == "__main__":

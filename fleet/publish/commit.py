@@ -83,7 +83,7 @@ class DataRepo:
         prefix = self.prefix.strip()
         parts = PurePosixPath(prefix).parts
         if not parts or prefix.startswith("/") or ".." in parts or parts[0] == ".git":
-            raise CommitError(f"data prefix must be a folder inside the repository, got {self.prefix!r}")
+            raise CommitError(f"data prefix (FLEET_DATA_PREFIX) must be a folder inside the repository, got {self.prefix!r}")
         object.__setattr__(self, "prefix", "/".join(parts) + "/")
         object.__setattr__(self, "workdir", Path(self.workdir).expanduser().resolve())
         if self.attempts < 1:
@@ -91,7 +91,7 @@ class DataRepo:
         b = self.branch
         if (not b or b.startswith(("-", "/", ".")) or b.endswith(("/", ".", ".lock")) or ".." in b or "@{" in b
                 or "//" in b or "/." in b or b == "@" or any(c in b for c in " ~^:?*[\\") or not b.isprintable()):
-            raise CommitError(f"not a usable branch name: {b!r} (git's rules for ref names, see "
+            raise CommitError(f"not a usable branch name (FLEET_DATA_BRANCH): {b!r} (git's rules for ref names, see "
                               "`git check-ref-format --branch`)")
 
     def __repr__(self) -> str:  # the remote may carry a token
@@ -133,20 +133,28 @@ def _after_snapshot(arts: list) -> None:
 LINK_SNAPSHOTS = True  # False: always copy (tests of the copy path)
 
 
+def check_remote(repo: DataRepo) -> bool:
+    """Whether the remote is a local path to create (it does not exist, or is an empty folder); a CommitError naming
+    FLEET_DATA_REMOTE if it is a local path that holds something else. URLs are not checked here (no network)."""
+    path = parse_remote(repo.remote, repo.token).local_path
+    if path is None or not path.exists():
+        return path is not None
+    if not path.is_dir():
+        raise CommitError(f"data remote (FLEET_DATA_REMOTE) {path} exists and is not a directory (nor a git repository)")
+    if (path / "HEAD").is_file() or (path / ".git").exists():
+        return False
+    if any(path.iterdir()):
+        raise CommitError(f"data remote (FLEET_DATA_REMOTE) {path} exists and is not a git repository")
+    return True
+
+
 def ensure_remote(repo: DataRepo) -> None:
     """Create the remote as a bare repository (default branch ``repo.branch``) when it is a local path
     that does not exist yet. URLs are left alone. Idempotent."""
+    if not check_remote(repo):
+        return
     remote = parse_remote(repo.remote, repo.token)
     path = remote.local_path
-    if path is None:
-        return
-    if path.exists():
-        if not path.is_dir():
-            raise CommitError(f"data remote {path} exists and is not a directory (nor a git repository)")
-        if (path / "HEAD").is_file() or (path / ".git").exists():
-            return
-        if any(path.iterdir()):
-            raise CommitError(f"data remote {path} exists and is not a git repository")
     path.parent.mkdir(parents=True, exist_ok=True)
     git = Git(remote, Redactor([]))
     try:
