@@ -13,7 +13,8 @@ DEMO = ["books", "catalog", "jobs", "parts", "shops", "stocks"]
 def _load(env_extra: dict) -> str:
     code = ("from fleet.defs.definitions import defs\n"
             "print(sorted(k.to_user_string() for k in defs.resolve_all_asset_keys()))\n"
-            "print(sorted(j.name for j in defs.jobs if not j.name.startswith('__')))\n"
+            "print(sorted((j.name, str(defs.resolve_job_def(j.name).partitions_def)) for j in defs.jobs\n"
+            "             if not j.name.startswith('__')))\n"
             "print(sorted(s.name for s in defs.sensors), sorted(s.name for s in defs.schedules))\n"
             "from dagster import AssetKey\n"
             "a = defs.resolve_assets_def(AssetKey(['raw', 'books']))\n"
@@ -27,7 +28,8 @@ def test_definitions_have_demo_assets_and_automation():
     keys, jobs, automation, description = _load({}).splitlines()
     expected = sorted([f"raw/{n}" for n in DEMO] + ["consolidated_raw_rows", "raw_commit", "post_processed", "processed_commit"])
     assert eval(keys) == expected
-    assert eval(jobs) == ["publish_week", "scrape_week"]
+    weekly = "Weekly, starting 2026-01-05 UTC. End offsetted by 1 partition."  # from the assets (FLEET_START_WEEK)
+    assert eval(jobs) == [("publish_week", weekly), ("scrape_week", weekly)]
     assert "fleet_after_failed_run" in automation and "weekly_fleet" in automation
     assert description.startswith("Book prices")
 

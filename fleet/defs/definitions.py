@@ -26,13 +26,15 @@ def build_defs() -> Definitions:
     retry = crash_retry_policy()
     raw = raw_assets(sources, parts, retry)
     publish = publish_assets(sources, parts)
-    scrape_job = define_asset_job("scrape_week", selection=AssetSelection.groups(RAW_GROUP), partitions_def=parts,
+    # Both jobs are weekly because their assets are: Dagster infers a job's partitions from them (and ignored
+    # the partitions_def these used to name, deprecated since, even for a scrape job with no source to select).
+    scrape_job = define_asset_job("scrape_week", selection=AssetSelection.groups(RAW_GROUP),
                                   description="Scrape every source for one week (raw/<source> assets).")
     # The publish stage is four steps in a chain, all fleet's own code on stored artifacts: they run one after
     # another in the run's process. A process per step would only add a forkserver and four step start-ups
     # to every week; a crash loses nothing, since each step's result is persisted and the raw commit lands
     # before post-processing starts.
-    publish_job = define_asset_job("publish_week", selection=AssetSelection.groups(PUBLISH_GROUP), partitions_def=parts,
+    publish_job = define_asset_job("publish_week", selection=AssetSelection.groups(PUBLISH_GROUP),
                                    description="Consolidate, commit raw, post-process, commit processed.",
                                    executor_def=executor_patch.recording_worker(in_process_executor))
     sensors, schedules = build_automation(scrape_job, publish_job)
