@@ -169,6 +169,9 @@ def settings() -> Settings:
     max_parallel = _int("FLEET_MAX_PARALLEL", 10, minimum=1)
     for check in (worker_idle_s, worker_max_sources, browser_startup_s, browser_idle_s, worker_start):
         check()
+    webhook = os.environ.get("FLEET_ALERT_WEBHOOK", "").strip()
+    if webhook and not webhook.lower().startswith(("http://", "https://")):  # else every alert's POST would fail
+        raise FleetError(f"FLEET_ALERT_WEBHOOK must be an http:// or https:// URL, got {webhook!r}")
     return Settings(
         home=home,
         data_remote=os.environ.get("FLEET_DATA_REMOTE") or str(home / "data-remote.git"),

@@ -212,6 +212,7 @@ def test_bad_settings_are_refused_naming_the_setting_before_anything_runs(fleet_
         "FLEET_HOME": (str(file), f"{file} exists and is not a folder"),
         "FLEET_SCRAPERS_DIR": (str(fleet_env.tmp / "nope"), "names no folder at"),
         "FLEET_DATA_REMOTE": (str(not_git), "exists and is not a git repository"),
+        "FLEET_ALERT_WEBHOOK": ("hooks.example/alerts", "must be an http:// or https:// URL"),
     }
     for name, (value, says) in cases.items():
         res = subprocess.run([sys.executable, "-m", "fleet.cli", "run", "--week", WEEK, "--force"],
