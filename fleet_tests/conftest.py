@@ -1,8 +1,11 @@
 """Real-parts fixtures: a GitHub-like bare remote with hooks, a temp FLEET_HOME, and the fleet CLI as a subprocess."""
 import io
 import os
+import socket
 import subprocess
 import sys
+import time
+import urllib.request
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -75,3 +78,28 @@ def scrape_home(tmp_path, monkeypatch):
     yield home
     pool.stop(home / "workers")
     browser.stop(home / "browser")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_ui(fleet_env, env, settle_s: float = 10):
+    """`fleet ui` on a free port, in a session of its own, once it answers (and ``settle_s`` more, for the daemon's
+    sensors to take their first tick); returns (process, port)."""
+    port = free_port()
+    ui = subprocess.Popen([sys.executable, "-m", "fleet.cli", "ui", "--port", str(port), "--no-demo"], env=env,
+                          cwd=fleet_env.home, stdout=open(fleet_env.tmp / "ui.log", "a"), stderr=subprocess.STDOUT,
+                          start_new_session=True)
+    deadline = time.monotonic() + 120
+    while True:
+        try:
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/server_info", timeout=2)
+            break
+        except OSError:
+            assert time.monotonic() < deadline, (fleet_env.tmp / "ui.log").read_text()[-3000:]
+            time.sleep(1)
+    time.sleep(settle_s)
+    return ui, port

@@ -7,39 +7,14 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import subprocess
-import sys
 import time
-import urllib.request
 from types import SimpleNamespace
 
-from fleet_tests.conftest import ROOT, WEEK, committed_frame
+from fleet_tests.conftest import ROOT, WEEK, committed_frame, start_ui
 from fleet_tests.gitremote import log
 
 
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _start_ui(fleet_env, env):
-    """`fleet ui` on a free port, in a session of its own, once it answers; returns (process, port)."""
-    port = _free_port()
-    ui = subprocess.Popen([sys.executable, "-m", "fleet.cli", "ui", "--port", str(port), "--no-demo"], env=env,
-                          cwd=fleet_env.home, stdout=open(fleet_env.tmp / "ui.log", "a"), stderr=subprocess.STDOUT,
-                          start_new_session=True)
-    deadline = time.monotonic() + 120
-    while True:
-        try:
-            urllib.request.urlopen(f"http://127.0.0.1:{port}/server_info", timeout=2)
-            break
-        except OSError:
-            assert time.monotonic() < deadline, (fleet_env.tmp / "ui.log").read_text()[-3000:]
-            time.sleep(1)
-    time.sleep(10)  # let the daemon's sensors take their first tick before the run exists
-    return ui, port
 
 
 def _stop_ui(ui, sig=signal.SIGTERM):
@@ -66,7 +41,7 @@ def _ui(fleet_env, scrapers: dict, extra_env: dict):
     env = {**fleet_env.env, "FLEET_SCRAPERS_DIR": str(d), "FLEET_TEST_COUNTER_DIR": str(counters),
            "DAGSTER_HOME": str(fleet_env.home / "dagster"), **extra_env}
     current = {}
-    current["ui"], current["port"] = _start_ui(fleet_env, env)
+    current["ui"], current["port"] = start_ui(fleet_env, env)
     try:
         from dagster_graphql import DagsterGraphQLClient
 
@@ -84,7 +59,7 @@ def _ui(fleet_env, scrapers: dict, extra_env: dict):
                 time.sleep(0.2)
 
         def restart():
-            current["ui"], current["port"] = _start_ui(fleet_env, env)
+            current["ui"], current["port"] = start_ui(fleet_env, env)
 
         os.environ["DAGSTER_HOME"] = env["DAGSTER_HOME"]
         from dagster import DagsterInstance

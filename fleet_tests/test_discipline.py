@@ -5,7 +5,7 @@ import subprocess
 import sys
 import time
 
-from fleet_tests.conftest import ROOT, WEEK, committed_frame, run_fleet
+from fleet_tests.conftest import ROOT, WEEK, committed_frame, run_fleet, start_ui
 from fleet_tests.gitremote import log
 
 STEADY_DIR = ROOT / "fleet_tests" / "scrapers_crash"
@@ -155,28 +155,12 @@ def test_fleet_ui_hands_its_home_to_the_dagster_it_starts(fleet_env, tmp_path, m
 def test_fleet_ui_stopped_by_sigterm_stops_the_dagster_it_started(fleet_env):
     """`kill PID` of `fleet ui` alone (a service manager, a user): `dagster dev`, its webserver, daemon and code
     servers used to keep running, orphaned, holding the port."""
-    import socket
-    import urllib.request
-
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    env = _steady_env(fleet_env)
-    ui = subprocess.Popen([sys.executable, "-m", "fleet.cli", "ui", "--port", str(port)], env=env, cwd=fleet_env.home,
-                          start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    ui, _ = start_ui(fleet_env, _steady_env(fleet_env), settle_s=0)
 
     def group():
         return subprocess.run(["pgrep", "-g", str(ui.pid)], capture_output=True, text=True).stdout.split()
 
     try:
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                urllib.request.urlopen(f"http://127.0.0.1:{port}/server_info", timeout=2)
-                break
-            except OSError:
-                assert ui.poll() is None and time.monotonic() < deadline, "the webserver did not come up"
-                time.sleep(0.5)
         assert len(group()) >= 3  # fleet ui, dagster dev, its webserver and daemon (and code servers)
         ui.send_signal(signal.SIGTERM)
         assert ui.wait(60) == 0
