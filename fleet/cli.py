@@ -311,13 +311,13 @@ def main():
 
 
 def _check_run_options(sources: tuple[str, ...], deep: tuple[str, ...]) -> None:
-    from fleet.scraping.contract import NAME_RE
+    from fleet.scraping.contract import NAME_MAX, valid_name
 
     for option, names in (("--source", sources), ("--deep", deep)):
-        bad = [n for n in names if not NAME_RE.match(n)]
+        bad = [n for n in names if not valid_name(n)]
         if bad:
-            raise click.BadParameter(f"{', '.join(map(repr, bad))}: a source's name matches [a-z][a-z0-9_]*",
-                                     param_hint=option)
+            raise click.BadParameter(f"{', '.join(map(repr, bad))}: a source's name matches [a-z][a-z0-9_]*, "
+                                     f"at most {NAME_MAX} characters", param_hint=option)
     left_out = [n for n in deep if sources and n not in sources]
     if left_out:
         raise click.BadParameter(f"{', '.join(left_out)} not among --source {' '.join(sources)}; its deep phase "

@@ -230,3 +230,51 @@ def test_a_hostile_class_fails_as_a_source_and_never_stops_discovery(tmp_path):
     sources = _by_name(tmp_path)
     assert not sources["fine"].broken
     assert "ZeroDivisionError: schema is hostile" in sources["hostile"].error
+
+
+def test_a_name_too_long_for_dagster_fails_as_its_source_and_the_definitions_still_load(tmp_path):
+    """A source's name is also a Dagster tag value, at most 63 characters. A 64-character name used to stop the
+    definitions from loading (DagsterInvalidDefinitionError on the tag), so no source of the week ran."""
+    import os
+    import subprocess
+    import sys
+
+    from fleet.scraping.contract import NAME_MAX
+    from fleet_tests.conftest import ROOT
+
+    body = '''
+        class S(Scraper):
+            name = "{name}"
+            schema = {{"id": pl.Int64}}
+            key = ("id",)
+            async def scrape(self, page, ctx):
+                yield {{"id": 1}}
+    '''
+    _write(tmp_path, "longest.py", body.format(name="n" * NAME_MAX))
+    _write(tmp_path, "too_long.py", body.format(name="n" * (NAME_MAX + 1)))
+    stem = "m" * 100  # a broken module is named after its file: cut to the limit too
+    (tmp_path / f"{stem}.py").write_text("raise RuntimeError('broken on import')\n")
+    by_name = _by_name(tmp_path)
+    assert by_name["n" * NAME_MAX].error is None
+    assert "too_long" in by_name and f"of at most {NAME_MAX} characters" in by_name["too_long"].error
+    assert "(64 characters)" in by_name["too_long"].error
+    assert by_name[stem[:NAME_MAX]].error and "broken on import" in by_name[stem[:NAME_MAX]].error
+    assert all(len(n) <= NAME_MAX and NAME_RE.match(n) for n in by_name)
+    # and Dagster takes all of them: the definitions load, each a raw asset
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FLEET_")}
+    env.update(FLEET_SCRAPERS_DIR=str(tmp_path), FLEET_HOME=str(tmp_path / "home"))
+    code = ("from fleet.defs.definitions import defs\n"
+            "print(sorted(k.path[-1] for k in defs.resolve_all_asset_keys() if k.path[0] == 'raw'))")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, cwd=ROOT)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert eval(out.stdout.strip().splitlines()[-1]) == sorted(by_name)
+
+
+def test_placeholder_names_stay_within_the_limit_even_when_they_collide(tmp_path):
+    from fleet.scraping.contract import NAME_MAX
+    from fleet.scraping.discovery import _Placeholder
+
+    p = _Placeholder(tmp_path / f"{'x' * 90}.py", "broken", "SomeVeryLongClassNameThatGoesOnAndOn" * 3)
+    names = [n for n, _ in zip(p.names(), range(60))]
+    assert len(set(names)) == len(names)
+    assert all(len(n) <= NAME_MAX and NAME_RE.match(n) for n in names), [n for n in names if len(n) > NAME_MAX]

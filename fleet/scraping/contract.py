@@ -17,6 +17,13 @@ from fleet.errors import NavigationError, ScraperDefinitionError
 from fleet.scraping.retry import RetryPolicy, retry_async
 
 NAME_RE = re.compile(r"^[a-z][a-z0-9_]*$")
+# A source's name is also a Dagster tag value (``fleet/source``), which holds at most 63 characters; a longer one
+# used to stop the whole code location from loading, so no source of the week ran.
+NAME_MAX = 63
+
+
+def valid_name(name) -> bool:
+    return isinstance(name, str) and len(name) <= NAME_MAX and NAME_RE.match(name) is not None
 
 
 class Scraper:
@@ -58,9 +65,10 @@ class Scraper:
         """Raise ``ScraperDefinitionError`` naming the class and what is wrong."""
         label = f"{cls.__module__}.{cls.__qualname__}"
         name = getattr(cls, "name", None)
-        if not isinstance(name, str) or not NAME_RE.match(name):
+        if not valid_name(name):
             raise ScraperDefinitionError(
-                f"scraper {label}: name must be a slug matching [a-z][a-z0-9_]*, got {name!r}"
+                f"scraper {label}: name must be a slug matching [a-z][a-z0-9_]* of at most {NAME_MAX} characters, "
+                f"got {name!r}" + (f" ({len(name)} characters)" if isinstance(name, str) and len(name) > NAME_MAX else "")
             )
         schema = getattr(cls, "schema", None)
         if not isinstance(schema, Mapping) or not schema:

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from fleet.errors import ScraperDefinitionError
-from fleet.scraping.contract import Scraper
+from fleet.scraping.contract import NAME_MAX, Scraper
 
 
 @dataclasses.dataclass(frozen=True)
@@ -90,17 +90,20 @@ class _Placeholder:
         return str(self.path), self.class_name or ""
 
     def names(self):
-        """Names to try, best first: the module's (as README promises), then with the class, then with a digest."""
-        base = slug_for_module(self.path)
-        yield base
+        """Names to try, best first: the module's (as README promises), then with the class, then with a digest;
+        each cut to a source name's length (``NAME_MAX``), the base before its suffix."""
+        module = base = slug_for_module(self.path)
+        yield base[:NAME_MAX]
         if self.class_name:
-            base = f"{base}_{_slug(self.class_name)}"
-            yield base
+            base = f"{module}_{_slug(self.class_name)}"
+            if len(module) < NAME_MAX:  # else it is cut back to the module's name
+                yield base[:NAME_MAX]
         digest = hashlib.sha1(f"{self.path.resolve()}:{self.class_name or ''}".encode()).hexdigest()
         for n in range(6, len(digest) + 1):
-            yield f"{base}_{digest[:n]}"
+            yield f"{base[:NAME_MAX - n - 1]}_{digest[:n]}"
         for n in itertools.count(2):
-            yield f"{base}_{digest}_{n}"
+            suffix = f"_{digest[:16]}_{n}"
+            yield f"{base[:NAME_MAX - len(suffix)]}{suffix}"
 
     def source(self, name: str) -> Source:
         return Source(name=name, module_path=self.path, class_name=None,
