@@ -292,3 +292,24 @@ def test_a_bad_run_config_fails_its_source_before_a_worker_is_taken(home, tmp_pa
     assert says in out.error and "configured" in out.error
     assert store.read_json(WEEK, keys.outcome_key("configured"))["status"] == "failed"
     assert not (home / "workers").exists() or not list((home / "workers").rglob("*.pid"))
+
+
+@pytest.mark.parametrize("workers", ["warm", "fresh"])
+@pytest.mark.parametrize("how, says", [("import sys; sys.exit(0)", "SystemExit"),
+                                       ("raise SystemExit('done')", "SystemExit(done)"),
+                                       ("raise KeyboardInterrupt", "KeyboardInterrupt")])
+def test_a_scraper_that_exits_fails_as_its_source_with_evidence(home, tmp_path, monkeypatch, workers, how, says):
+    """sys.exit, SystemExit or KeyboardInterrupt inside scrape() used to escape asyncio and end the worker: the
+    source failed as infra ("died without reporting"), was re-executed, and had no evidence."""
+    monkeypatch.setenv("FLEET_WORKERS", workers)
+    src = scraper(tmp_path, "exits", f"""
+        await page.set_content("<h1>before the exit</h1>")
+        yield {{"id": 1}}
+        {how}
+    """)
+    out, store = run(home, src)
+    assert out.category == "source" and out.status in ("failed", "partial"), out
+    assert says in out.error and "must not exit its worker" in out.error, out.error
+    evidence = store.path(WEEK, keys.evidence_key("exits"))
+    assert (evidence / "error.txt").exists() and out.evidence.get("screenshot"), out.evidence
+    assert "before the exit" in (evidence / "page.html").read_text()

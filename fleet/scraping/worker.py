@@ -179,12 +179,19 @@ async def scrape(browser, spec: dict) -> dict:
             imported = True
             ready.write_text(f"{os.getpid()}\n{SCRAPING}\n")  # read by the runner if it has to kill this process
             with open(spool_path, "a", encoding="utf-8") as spool:
-                async for row in cls().scrape(page, ctx):
-                    clean = validate_row(source.name, schema, key, row, count)
-                    add_unique(source.name, schema, key, seen_keys, clean)  # raises on a conflicting duplicate
-                    spool.write(encode_row(clean) + "\n")
-                    spool.flush()
-                    count += 1
+                try:
+                    async for row in cls().scrape(page, ctx):
+                        clean = validate_row(source.name, schema, key, row, count)
+                        add_unique(source.name, schema, key, seen_keys, clean)  # raises on a conflicting duplicate
+                        spool.write(encode_row(clean) + "\n")
+                        spool.flush()
+                        count += 1
+                except (SystemExit, KeyboardInterrupt) as exc:
+                    # The scraper's own: a worker runs in a session of its own, so no Ctrl-C reaches it. Left to
+                    # asyncio, it would end the worker itself, and the source fail as infra, retried, without evidence.
+                    raise ScraperExit(f"source {source.name}: its scraper raised {type(exc).__name__}"
+                                      f"{f'({exc})' if str(exc) else ''}; a scraper returns, or raises an exception, "
+                                      f"but must not exit its worker") from None
 
         try:
             await _until_gone(consume(), gone, timeout=max(0.1, ctx.deadline - grace - time.monotonic()))
@@ -247,6 +254,10 @@ def _stop_dumping_stacks() -> None:
 
 class BrowserGone(Exception):
     pass
+
+
+class ScraperExit(Exception):
+    """The scraper called ``sys.exit`` or raised ``SystemExit`` or ``KeyboardInterrupt`` (a source failure)."""
 
 
 class ScraperImportError(Exception):
