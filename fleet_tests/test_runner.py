@@ -11,7 +11,7 @@ from fleet.scraping.discovery import discover
 from fleet.scraping.runner import run_source
 from fleet.storage import store as keys
 from fleet.storage.store import LocalArtifactStore
-from fleet_tests.conftest import WEEK
+from fleet_tests.conftest import WEEK, Lines
 
 HEADER = "import asyncio, os, time\nimport polars as pl\nfrom fleet import Scraper\n"
 
@@ -313,3 +313,28 @@ def test_a_scraper_that_exits_fails_as_its_source_with_evidence(home, tmp_path, 
     evidence = store.path(WEEK, keys.evidence_key("exits"))
     assert (evidence / "error.txt").exists() and out.evidence.get("screenshot"), out.evidence
     assert "before the exit" in (evidence / "page.html").read_text()
+
+
+def test_a_scraper_that_floods_its_output_keeps_its_time_and_the_rest_of_its_output_goes_to_a_file(home, tmp_path):
+    """Every output line used to become an event in the run's log, one after another while the worker waited on
+    its pipe: 40,000 lines took a source with a 20 s limit past it (killed at 33 s), and a 3 MB line was stored
+    whole."""
+    from fleet.scraping.runner import MAX_LINE_CHARS, MAX_LOG_LINES
+
+    src = scraper(tmp_path, "floods", """
+        import sys
+        print("x" * 3_000_000)
+        for i in range(40_000):
+            print(f"debug {i}", file=sys.stderr)
+        await page.set_content("<p>done</p>")
+        yield {"id": 1}
+    """, timeout_s=20)
+    log = Lines()
+    out, store = run(home, src, log=log)
+    assert (out.status, out.rows) == ("ok", 1), out
+    mine = [line for line in log.lines if "[floods]" in line]
+    assert len(mine) <= MAX_LOG_LINES + 5, len(mine)
+    assert all(len(line) < MAX_LINE_CHARS + 300 for line in mine)
+    assert any("lines of output logged; the rest of this attempt's output goes to" in line for line in mine)
+    output = next(store.workdir(WEEK, keys.spool_key("floods")).glob("output-*.log")).read_text()
+    assert "x" * 3_000_000 in output and output.rstrip().endswith("debug 39999")

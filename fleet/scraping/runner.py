@@ -34,6 +34,11 @@ from fleet.storage.store import ArtifactStore
 
 
 
+# An attempt's output lines logged to the run (each one an event); the rest go to output-ATTEMPT.log by its rows.
+MAX_LOG_LINES = 500
+MAX_LINE_CHARS = 2000
+
+
 @dataclasses.dataclass
 class Outcome:
     source: str
@@ -257,11 +262,33 @@ def run_source(source: Source, week: str, *, store: ArtifactStore, run_id: str, 
         log_line(f"[run {run_id}] [{source.name}] worker {proc.pid} started "
                  f"({how}, {'context in the shared browser' if shared else 'browser of its own'}; limit {timeout:g}s)")
 
+        output_path = work / f"output-{attempt}.log"
+
         def pump():
-            for line in proc.stderr:
-                line = line.rstrip()
-                if line:
+            # Each line becomes an event in the run's log (~1 ms each, and the worker waits on its pipe meanwhile):
+            # a scraper printing 20,000 lines used up 18 s of its 20 s limit. Past MAX_LOG_LINES, or
+            # MAX_LINE_CHARS, the attempt's output goes whole to a file next to its rows instead.
+            shown, overflow = 0, None
+            try:
+                for line in proc.stderr:
+                    line = line.rstrip()
+                    if not line:
+                        continue
+                    if shown >= MAX_LOG_LINES or len(line) > MAX_LINE_CHARS:
+                        if overflow is None:
+                            overflow = open(output_path, "a", encoding="utf-8", errors="replace")
+                        overflow.write(line + "\n")
+                        if shown >= MAX_LOG_LINES:
+                            continue
+                        line = f"{line[:MAX_LINE_CHARS]} ... ({len(line) - MAX_LINE_CHARS} more characters in {output_path})"
+                    shown += 1
                     log_line(line if line.startswith("[run ") else f"[run {run_id}] [{source.name}] {line}")
+                    if shown == MAX_LOG_LINES:
+                        log_line(f"[run {run_id}] [{source.name}] {MAX_LOG_LINES} lines of output logged; the rest of "
+                                 f"this attempt's output goes to {output_path}")
+            finally:
+                if overflow is not None:
+                    overflow.close()
 
         pump_thread = threading.Thread(target=pump, daemon=True)
         pump_thread.start()
