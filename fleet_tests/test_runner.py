@@ -3,6 +3,7 @@ what an attempt's outcome says when the scraper times out on its own, closes its
 blocks its event loop, how attempts of one week merge, and what a failed re-scrape leaves for consolidation."""
 import os
 import textwrap
+import time
 
 import polars as pl
 import pytest
@@ -338,3 +339,36 @@ def test_a_scraper_that_floods_its_output_keeps_its_time_and_the_rest_of_its_out
     assert any("lines of output logged; the rest of this attempt's output goes to" in line for line in mine)
     output = next(store.workdir(WEEK, keys.spool_key("floods")).glob("output-*.log")).read_text()
     assert "x" * 3_000_000 in output and output.rstrip().endswith("debug 39999")
+
+
+@pytest.mark.parametrize("workers", ["warm", "fresh"])
+def test_a_process_a_scraper_leaves_running_is_killed_with_the_source_not_left_for_good(home, tmp_path, monkeypatch,
+                                                                                        workers):
+    """A scraper's child process used to outlive its worker and `fleet run`: a warm worker that finished cleanly was
+    reused with it, and nothing killed it when the worker left."""
+    from fleet.scraping.procs import alive
+
+    monkeypatch.setenv("FLEET_WORKERS", workers)
+    plain = scraper(tmp_path, "plain", 'await page.set_content("<p>x</p>")\nyield {"id": 1}')
+    log = Lines()
+    out, _ = run(home, plain, log=log)
+    assert out.status == "ok" and "left" not in str(log), str(log)  # nothing to report for a tidy source
+    pid_file = tmp_path / "child.pid"
+    src = scraper(tmp_path, "spawner", f"""
+        import subprocess
+        child = subprocess.Popen(["sleep", "600"])
+        open({str(pid_file)!r}, "w").write(str(child.pid))
+        await page.set_content("<p>x</p>")
+        yield {{"id": 1}}
+    """)
+    out, _ = run(home, src, log=log)
+    assert out.status == "ok", out  # its rows are fine; only the process goes
+    child = int(pid_file.read_text())
+    deadline = time.monotonic() + 10
+    while alive(child):
+        assert time.monotonic() < deadline, f"the scraper's child {child} is still running"
+        time.sleep(0.1)
+    said = [line for line in log.lines if str(child) in line]
+    assert said and ("now killed" in said[0] or "killed" in said[0]), str(log)
+    if workers == "warm":
+        assert "will not be reused" in said[0]

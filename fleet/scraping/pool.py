@@ -63,8 +63,8 @@ from pathlib import Path
 from fleet.config import browser_startup_s, worker_idle_s, worker_max_sources
 from fleet.errors import FleetError
 from fleet.scraping import zygote
-from fleet.scraping.procs import (alive, descendants, kill_pids, kill_tree, private_tmp, sweep_tmp, tmp_base,
-                                  unix_address)
+from fleet.scraping.procs import (alive, descendants, group_members, kill_pids, kill_tree, private_tmp, sweep_tmp,
+                                  tmp_base, unix_address)
 
 GREETING = "fleet-worker"
 DONE = "\x1efleet-worker-done"
@@ -460,16 +460,30 @@ def _playwright_task(task: asyncio.Task) -> bool:
     return code is not None and f"{os.sep}playwright{os.sep}" in code.co_filename
 
 
-def _left_behind(tasks_before: set, threads_before: set) -> list[str]:
-    """Tasks and threads a scraper started and did not finish: a reason not to reuse this process."""
+def _left_behind(tasks_before: set, threads_before: set, processes_before: set) -> list[str]:
+    """Tasks, threads and processes a scraper started and did not finish: a reason not to reuse this process.
+    The tasks are cancelled and the processes killed (the processes of this worker's group: a scraper's children
+    are in it, Playwright's driver too, from before the source; Chromium has a group of its own)."""
     current = asyncio.current_task()
+    processes = [pid for pid in group_members(os.getpid()) if pid != os.getpid() and pid not in processes_before]
+    names = {pid: _command(pid) for pid in processes}
+    kill_pids(processes)
     tasks = [t for t in asyncio.all_tasks() if t is not current and t not in tasks_before and not t.done()
              and not _playwright_task(t)]
     for t in tasks:
         t.cancel()
     threads = [t for t in threading.enumerate()
                if t not in threads_before and not t.name.startswith("asyncio_") and t.is_alive()]
-    return [f"task {t.get_name()}" for t in tasks] + [f"thread {t.name}" for t in threads]
+    return ([f"task {t.get_name()}" for t in tasks] + [f"thread {t.name}" for t in threads]
+            + [f"process {pid} ({names[pid]}, now killed)" for pid in processes])
+
+
+def _command(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as fh:
+            return fh.read().replace(b"\0", b" ").decode(errors="replace").strip()[:120] or "?"
+    except OSError:
+        return "?"
 
 
 async def _serve_one(conn: socket.socket, browser, served: int, cap: int, directory: Path, wid: str) -> bool:
@@ -514,6 +528,7 @@ async def _serve_one(conn: socket.socket, browser, served: int, cap: int, direct
             _abort(directory, wid)
 
     tasks_before, threads_before = set(asyncio.all_tasks()), set(threading.enumerate())
+    processes_before = set(group_members(os.getpid()))
     loop.add_reader(conn.fileno(), lifeline)
     stays = False
     try:
@@ -525,7 +540,7 @@ async def _serve_one(conn: socket.socket, browser, served: int, cap: int, direct
             loop.remove_reader(conn.fileno())
         worker.write_result(spec, result)
         await asyncio.sleep(0)
-        left = _left_behind(tasks_before, threads_before)
+        left = _left_behind(tasks_before, threads_before, processes_before)
         stays = (result.get("status") in ("ok", "empty") and browser.is_connected() and not left
                  and served + 1 < cap)
         if left:

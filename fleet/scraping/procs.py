@@ -80,6 +80,17 @@ def descendants(pid: int) -> list[int]:
     return out
 
 
+def group_members(pgid: int) -> list[int]:
+    """The live processes of process group ``pgid`` (zombies excluded), read from /proc."""
+    out = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            fields = stat_fields(entry)
+            if fields is not None and len(fields) > 2 and fields[2] == str(pgid) and fields[0] != "Z":
+                out.append(int(entry))
+    return out
+
+
 def kill_pids(pids) -> None:
     for pid in pids:
         try:

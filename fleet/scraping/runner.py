@@ -25,7 +25,7 @@ from fleet.scraping import browser as shared_browser
 from fleet.scraping import pool
 from fleet.scraping.contract import check_seconds
 from fleet.scraping.discovery import Source
-from fleet.scraping.procs import PolledProcess, kill_tree, sweep_tmp
+from fleet.scraping.procs import PolledProcess, group_members, kill_pids, kill_tree, sweep_tmp
 from fleet.scraping.retry import RetryPolicy
 from fleet.scraping.slots import scrape_slot
 from fleet.storage import store as keys
@@ -319,6 +319,11 @@ def run_source(source: Source, week: str, *, store: ArtifactStore, run_id: str, 
                 shared_browser.release(browser_dir)
         seconds = round(time.monotonic() - (ready_at or started), 3)  # the clean-up below is fleet's, not the source's
         if not isinstance(proc, pool.Lease):  # reaped by now; a killed one's browser profile is left behind
+            left = group_members(proc.pid)  # its session's group: what a scraper started and left running
+            if left:
+                kill_pids(left)
+                log_line(f"[run {run_id}] [{source.name}] the scraper left process(es) {', '.join(map(str, left))} "
+                         f"running after its worker ended; killed")
             sweep_tmp(Path(spec["tmp_root"]), killed=(proc.pid,))
         pump_thread.join(timeout=2)
         if isinstance(proc, pool.Lease):
