@@ -372,3 +372,20 @@ def test_a_process_a_scraper_leaves_running_is_killed_with_the_source_not_left_f
     assert said and ("now killed" in said[0] or "killed" in said[0]), str(log)
     if workers == "warm":
         assert "will not be reused" in said[0]
+
+
+def test_a_scraper_that_closes_the_browser_itself_fails_as_its_source_not_as_a_crash(home, tmp_path):
+    """Closing the browser (page.context.browser.close()) is the scraper's bug: it used to be taken for a browser
+    crash, infra, and re-executed up to the crash budget."""
+    src = scraper(tmp_path, "closes_browser", """
+        await page.set_content("<p>x</p>")
+        yield {"id": 1}
+        await page.context.browser.close()
+        await page.title()
+    """)
+    out, _ = run(home, src)
+    assert (out.status in ("failed", "partial"), out.category) == (True, "source"), out
+    assert "the scraper closed the browser itself" in out.error, out.error
+    # the worker it ran in is not reused (its browser is gone); the next source gets a working one
+    again, _ = run(home, scraper(tmp_path, "after", 'await page.set_content("<p>y</p>")\nyield {"id": 2}'))
+    assert again.status == "ok", again

@@ -145,6 +145,15 @@ async def scrape(browser, spec: dict) -> dict:
     # Soft deadline: leave a little time before the hard kill to save evidence of an async hang.
     grace = min(3.0, spec["timeout_s"] * 0.4)
     browser.on("disconnected", on_gone)
+    # A scraper can reach the browser (page.context.browser) and close it: that is its bug, not a crash.
+    closed_by_scraper = asyncio.Event()
+    own_close = browser.close
+
+    async def close(*args, **kwargs):
+        closed_by_scraper.set()
+        return await own_close(*args, **kwargs)
+
+    browser.close = close
     try:
         context = None
         try:
@@ -202,7 +211,9 @@ async def scrape(browser, spec: dict) -> dict:
                       "error": f"source {source.name}: timed out after {spec['timeout_s']:g}s (timeout_s)"}
         except Exception as exc:
             text = f"{type(exc).__name__}: {exc}"
-            infra = await _browser_died(browser, gone, exc)
+            infra = await _browser_died(browser, gone, exc) and not closed_by_scraper.is_set()
+            if closed_by_scraper.is_set():
+                text += " (the scraper closed the browser itself)"
             result = {"status": "failed", "category": "infra" if infra else "source",
                       "error": text if str(exc).startswith("source ") else f"source {source.name}: {text}",
                       "error_type": type(exc).__name__, "traceback": traceback.format_exc()}
@@ -223,6 +234,7 @@ async def scrape(browser, spec: dict) -> dict:
         with contextlib.suppress(Exception):
             await asyncio.wait_for(context.close(), 10)
     finally:
+        browser.close = own_close
         browser.remove_listener("disconnected", on_gone)
         _stop_dumping_stacks()
     return result
