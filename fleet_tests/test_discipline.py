@@ -229,3 +229,16 @@ def test_a_failed_steps_line_quotes_its_own_error_not_dagsters_wrapper():
                                     'executing op "raw_commit":\n', [], "DagsterExecutionStepExecutionError", cause)
     assert _step_error(wrapped) == cause.message.strip()
     assert _step_error(cause) == cause.message.strip() and _step_error(None) == "failed"
+
+
+def test_the_demo_latency_the_ui_port_and_an_empty_branch_are_settings_like_the_others(fleet_env, monkeypatch):
+    latency = run_fleet({**fleet_env.env, "FLEET_DEMO_LATENCY_MS": "abc"}, "demo", "--week", WEEK, "--force")
+    assert latency.returncode == 2 and "FLEET_DEMO_LATENCY_MS must be a number, got 'abc'" in latency.stderr
+    assert "Traceback" not in latency.stderr
+    port = run_fleet(fleet_env.env, "ui", "--port", "70000")
+    assert port.returncode == 2 and "70000 is not in the range 1<=x<=65535" in port.stderr
+    from fleet.config import settings
+
+    monkeypatch.setenv("FLEET_HOME", str(fleet_env.home))
+    monkeypatch.setenv("FLEET_DATA_BRANCH", " ")
+    assert settings().branch == "main"  # empty means the default, as for every other setting
