@@ -10,7 +10,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from fleet.config import chromium_path, settings
+from fleet.config import chromium_path, settings, worker_idle_s
 from fleet.errors import FleetError
 from fleet.scraping import pool
 from fleet.scraping.discovery import discover
@@ -203,7 +203,7 @@ def test_bad_worker_settings_are_clear_errors(monkeypatch):
         settings()
     monkeypatch.setenv("FLEET_WORKER_IDLE_S", "soon")
     with pytest.raises(FleetError, match="FLEET_WORKER_IDLE_S must be a number, got 'soon'"):
-        pool.idle_seconds()
+        worker_idle_s()
 
 
 def test_a_fleet_home_deeper_than_a_unix_socket_path_still_gets_warm_workers_from_the_zygote(home, tmp_path,

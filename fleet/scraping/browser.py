@@ -53,10 +53,6 @@ from fleet.scraping.procs import alive as _alive, descendants, kill_pids, kill_t
 START_TIMEOUT_S = 60.0
 
 
-def idle_seconds() -> float:
-    return browser_idle_s()
-
-
 @contextlib.contextmanager
 def _locked(directory: Path):
     directory.mkdir(parents=True, exist_ok=True)
@@ -235,7 +231,7 @@ async def _serve(directory: Path, chromium: str) -> int:
     os.chmod(tmp, 0o600)  # the endpoint's path is what lets a process drive this browser
     os.replace(tmp, directory / "endpoint.json")
     print(f"chromium {pid} listening on {endpoint.split('/')[2]}", flush=True)
-    idle_limit = idle_seconds()
+    idle_limit = browser_idle_s()
     idle_since = time.monotonic()
     while _alive(pid):
         await asyncio.sleep(0.5)

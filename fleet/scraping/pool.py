@@ -75,14 +75,6 @@ class WorkerStartError(FleetError):
     """A new worker exited or did not get its browser up in time (an infra failure)."""
 
 
-def idle_seconds() -> float:
-    return worker_idle_s()
-
-
-def max_sources() -> int:
-    return worker_max_sources()
-
-
 def tmp_root(root: Path) -> Path:
     """Where the workers of a ``FLEET_HOME/workers`` root keep their temporary files (procs.private_tmp)."""
     return tmp_base(root)
@@ -571,7 +563,7 @@ async def _serve(directory: Path, wid: str, chromium: str, browser_dir: Path | N
     # before the driver starts: its browser's profile goes there
     private_tmp(tmp_root(directory.parent))
     loop = asyncio.get_running_loop()
-    idle_limit, cap = idle_seconds(), max_sources()
+    idle_limit, cap = worker_idle_s(), worker_max_sources()
     async with async_playwright() as pw:
         browser = await worker.open_browser(pw, spec)
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)

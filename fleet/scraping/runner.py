@@ -32,8 +32,6 @@ from fleet.storage import store as keys
 from fleet.storage.frames import build_frame, read_spool
 from fleet.storage.store import ArtifactStore
 
-
-
 # An attempt's output lines logged to the run (each one an event); the rest go to output-ATTEMPT.log by its rows.
 MAX_LOG_LINES = 500
 MAX_LINE_CHARS = 2000
