@@ -5,7 +5,6 @@ import contextlib
 import datetime as dt
 import fcntl
 import os
-import re
 import signal
 import sys
 from pathlib import Path
@@ -436,7 +435,9 @@ def history(source):
     from fleet.defs.assets import artifact_store
     from fleet.storage import store as keys
 
-    if not re.fullmatch(r"[a-z][a-z0-9_]*", source):
+    from fleet.scraping.contract import valid_name
+
+    if not valid_name(source):
         raise click.BadParameter(f"{source!r} is not a source name (lowercase letters, digits and _)",
                                  param_hint="SOURCE")
     store = artifact_store()
