@@ -550,13 +550,10 @@ async def _serve_one(conn: socket.socket, browser, served: int, cap: int, direct
 
 
 async def _serve(directory: Path, wid: str, chromium: str, browser_dir: Path | None, node_cache: str) -> None:
-    from playwright.async_api import async_playwright
-
     from fleet.scraping import browser as shared_browser
     from fleet.scraping import worker
 
     spec = {"chromium": chromium, "node_cache": node_cache}
-    worker.use_node_cache(spec)
     if browser_dir is not None:
         spec["shared_endpoint"] = shared_browser.acquire(browser_dir, chromium)  # held until this worker exits
     # after the shared browser's host may have been started from here (it must not inherit this worker's TMPDIR),
@@ -564,8 +561,7 @@ async def _serve(directory: Path, wid: str, chromium: str, browser_dir: Path | N
     private_tmp(tmp_root(directory.parent))
     loop = asyncio.get_running_loop()
     idle_limit, cap = worker_idle_s(), worker_max_sources()
-    async with async_playwright() as pw:
-        browser = await worker.open_browser(pw, spec)
+    async with worker.open_browser(spec) as browser:
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         tmp = directory / f".{wid}.sock"
         tmp.unlink(missing_ok=True)
@@ -591,8 +587,6 @@ async def _serve(directory: Path, wid: str, chromium: str, browser_dir: Path | N
         finally:
             listener.close()
             (directory / f"{wid}.sock").unlink(missing_ok=True)
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(browser.close(), 10)
 
 
 def serve(directory: Path, wid: str, chromium: str, browser_dir: str, node_cache: str) -> int:

@@ -4,7 +4,8 @@ the hard timeout.
 :func:`scrape` runs one attempt in a browser it is given. A warm worker (fleet/scraping/pool.py) calls it for
 one source after another with the same browser. A worker of its own (``own_process``, ``FLEET_WORKERS=fresh``)
 is forked by the runner, or started as ``python -m fleet.scraping.worker SPEC.json``, and runs :func:`run`:
-it starts Playwright, opens the shared Chromium (``spec["shared_endpoint"]``) or one of its own, and scrapes once.
+it opens the shared Chromium (``spec["shared_endpoint"]``) or starts Playwright and a Chromium of its own, and
+scrapes once.
 Rows are streamed to a spool file, so a timeout keeps what was collected, and on failure the attempt keeps a
 screenshot and the page HTML.
 """
@@ -25,6 +26,7 @@ from pathlib import Path
 
 from fleet.config import CHROMIUM_ARGS
 from fleet.errors import NavigationError
+from fleet.scraping import wsclient
 from fleet.scraping.contract import ScrapeContext
 from fleet.scraping.discovery import Source, load_module
 from fleet.scraping.procs import private_tmp
@@ -94,29 +96,47 @@ def use_node_cache(spec: dict) -> None:
         os.environ.setdefault("NODE_COMPILE_CACHE", spec["node_cache"])
 
 
-async def open_browser(pw, spec: dict):
-    """The shared Chromium (``spec["shared_endpoint"]``, fleet/scraping/browser.py) or a Chromium of this worker's own."""
-    if spec.get("shared_endpoint"):
-        # Playwright's browser server: this connection sees only the contexts it creates, and they close with it.
-        return await pw.chromium.connect(spec["shared_endpoint"], timeout=60_000)
-    return await pw.chromium.launch(executable_path=spec["chromium"], headless=True, args=list(CHROMIUM_ARGS))
-
-
-async def run(spec: dict) -> dict:
-    """One source attempt in a worker of its own: start Playwright and a browser, scrape, close."""
+@contextlib.asynccontextmanager
+async def open_browser(spec: dict):
+    """The shared Chromium (``spec["shared_endpoint"]``, fleet/scraping/browser.py) or a Chromium of this worker's
+    own, open for the ``async with`` block; it is closed (a shared one: disconnected) at its end."""
+    if spec.get("shared_endpoint") and wsclient.available():
+        # Playwright's browser server, on a WebSocket of this worker's own and no Node.js driver here
+        # (fleet/scraping/wsclient.py): this connection sees only the contexts it creates, and they close with it.
+        browser = await wsclient.connect(spec["shared_endpoint"], timeout_s=60)
+        try:
+            yield browser
+        finally:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(browser.close(), 10)
+        return
     from playwright.async_api import async_playwright
 
     use_node_cache(spec)
     async with async_playwright() as pw:
+        if spec.get("shared_endpoint"):  # a Playwright without what wsclient needs: through a driver
+            browser = await pw.chromium.connect(spec["shared_endpoint"], timeout=60_000)
+        else:
+            browser = await pw.chromium.launch(executable_path=spec["chromium"], headless=True,
+                                               args=list(CHROMIUM_ARGS))
         try:
-            browser = await open_browser(pw, spec)
-        except Exception as exc:
-            return failure_result(spec, exc, "infra", "the browser did not start")
-        try:
-            return await scrape(browser, spec)
+            yield browser
         finally:
             with contextlib.suppress(Exception):
-                await asyncio.wait_for(browser.close(), 10)  # a shared browser: this only disconnects
+                await asyncio.wait_for(browser.close(), 10)
+
+
+async def run(spec: dict) -> dict:
+    """One source attempt in a worker of its own: start a browser (or connect to the shared one), scrape, close."""
+    opened = open_browser(spec)
+    try:
+        browser = await opened.__aenter__()
+    except Exception as exc:
+        return failure_result(spec, exc, "infra", "the browser did not start")
+    try:
+        return await scrape(browser, spec)
+    finally:
+        await opened.__aexit__(None, None, None)
 
 
 async def scrape(browser, spec: dict) -> dict:
