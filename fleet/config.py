@@ -163,8 +163,9 @@ def settings() -> Settings:
         raise FleetError(f"FLEET_DATA_PREFIX must be a relative folder inside the repository, got {prefix!r}")
     if not prefix.endswith("/"):
         prefix += "/"
-    # Sharing is opt-in: under load a shared Chromium sometimes took no screenshot of a failed page at all.
-    browser = env_choice("FLEET_BROWSER", "own", ("shared", "own"))
+    # One Chromium per FLEET_HOME unless told otherwise (fleet/scraping/browser.py); until fleet's workers reached it
+    # without a driver of their own (2026-12-05) it saved nothing, and over CDP it once lost screenshots under load.
+    browser = env_choice("FLEET_BROWSER", "shared", ("shared", "own"))
     workers = env_choice("FLEET_WORKERS", "warm", ("warm", "fresh"))
     max_parallel = _int("FLEET_MAX_PARALLEL", 10, minimum=1)
     for check in (worker_idle_s, worker_max_sources, browser_startup_s, browser_idle_s, worker_start):

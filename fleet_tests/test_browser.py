@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from fleet.config import chromium_path
-from fleet.scraping import browser
-from fleet.scraping.procs import alive as _alive, tmp_base
+from fleet.scraping import browser, wsclient
+from fleet.scraping.procs import alive as _alive, descendants, tmp_base
 from fleet_tests.conftest import ROOT, WEEK, committed_frame, run_fleet
 
 
@@ -70,7 +70,6 @@ def test_a_dead_browser_is_replaced_and_an_idle_one_stops_itself(tmp_path, monke
 
 
 def _renderers(chromium_pid: int) -> set[int]:
-    from fleet.scraping.procs import descendants
     out = set()
     for pid in descendants(chromium_pid):
         try:
@@ -89,7 +88,8 @@ def _wait_for(predicate, seconds=20):
 
 
 def test_each_worker_sees_only_its_own_contexts_and_a_killed_ones_close(tmp_path, monkeypatch):
-    """Two processes connected to the shared browser, through real Chromium: neither sees the other's context, and
+    """Two processes connected to the shared browser, through real Chromium, one through Playwright's driver and one
+    on fleet's WebSocket client: neither sees the other's context, and
     when one is SIGKILLed (a worker killed at its limit) the server closes its context and that context's renderer
     goes, while the other's page lives on and still answers."""
     import asyncio
@@ -115,19 +115,22 @@ def test_each_worker_sees_only_its_own_contexts_and_a_killed_ones_close(tmp_path
         others = _renderers(chromium_pid) - before
 
         async def mine():
-            from playwright.async_api import async_playwright
-            async with async_playwright() as pw:
-                b = await pw.chromium.connect(endpoint)
-                assert b.contexts == []  # the other worker's context is not visible here
-                page = await (await b.new_context()).new_page()
-                await page.set_content("<h1>this worker</h1>")
-                other.send_signal(signal.SIGKILL)
-                other.wait()
-                await asyncio.get_running_loop().run_in_executor(
-                    None, _wait_for, lambda: not (_renderers(chromium_pid) & others))
-                assert await page.inner_text("h1") == "this worker"  # untouched by the other's end
-                assert len(b.contexts) == 1
-                await b.close()  # disconnects only: the shared browser stays up for others
+            # this side as fleet's workers connect: on a WebSocket of its own, with no Node.js driver
+            b = await wsclient.connect(endpoint)
+            assert b.contexts == []  # the other worker's context is not visible here
+            page = await (await b.new_context()).new_page()
+            await page.set_content("<h1>this worker</h1>")
+            theirs = {other.pid, *descendants(other.pid)}  # the other's driver is a node process
+            assert not [pid for pid in descendants(os.getpid()) if pid not in theirs
+                        and b"node" in Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0]]
+            other.send_signal(signal.SIGKILL)
+            other.wait()
+            await asyncio.get_running_loop().run_in_executor(
+                None, _wait_for, lambda: not (_renderers(chromium_pid) & others))
+            assert await page.inner_text("h1") == "this worker"  # untouched by the other's end
+            assert len(b.contexts) == 1
+            await b.close()  # disconnects only: the shared browser stays up for others
+            assert not b.is_connected() and page.is_closed()
         asyncio.run(mine())
         assert _alive(chromium_pid)
     finally:
@@ -142,36 +145,43 @@ def test_a_bad_chromium_is_a_clear_error(tmp_path):
         browser.acquire(tmp_path / "browser", "/bin/false")
 
 
-def test_a_crash_of_the_shared_browser_costs_no_source(fleet_env):
-    """kills_browser SIGKILLs the shared Chromium while slow_1 and slow_2 are mid-scrape. Every source in flight
-    fails as infra, is re-executed inside the run on a new browser, and the week is complete. `own` runs in a
-    Chromium of its own and is untouched."""
+def test_a_browser_killer_costs_each_other_source_one_attempt_at_most(fleet_env):
+    """kills_browser crashes the browser it runs in on every attempt. Its first attempt SIGKILLs the shared
+    Chromium while slow_1 and slow_2 are mid-scrape there: both fail as infra and are re-executed inside the run,
+    each in a browser of its own, and complete. kills_browser's own re-executions get browsers of their own too,
+    so from then on it kills only those, until its crash budget is spent. `own` (own_browser) is untouched."""
     counters = fleet_env.tmp / "counters"
     counters.mkdir()
     env = {**fleet_env.env, "FLEET_SCRAPERS_DIR": str(ROOT / "fleet_tests" / "scrapers_browser"),
-           "FLEET_TEST_COUNTER_DIR": str(counters), "FLEET_MAX_PARALLEL": "4", "FLEET_BROWSER": "shared"}
+           "FLEET_TEST_COUNTER_DIR": str(counters), "FLEET_MAX_PARALLEL": "4", "FLEET_CRASH_RERUNS": "2"}
+    env.pop("FLEET_BROWSER", None)  # shared is the default
     res = run_fleet(env, "run", "--week", WEEK, "--force")
     out = res.stdout + res.stderr
-    assert res.returncode == 0, out[-5000:]
-    # warm workers connected to the shared browser; `own` ran in a warm worker with a browser of its own
+    assert res.returncode == 1, out[-5000:]  # kills_browser failed; the week's other rows are committed
     warm = r"\((a new warm worker|warm, its source no\. \d+)"
-    assert re.search(r"\[slow_1\] worker \d+ started " + warm + ", context in the shared browser", out), out[-3000:]
+    for name in ("slow_1", "slow_2", "kills_browser"):  # first attempt shared, the re-executions not
+        started = re.findall(r"\[" + name + r"\] worker \d+ started " + warm + r", ([a-z ]+);", out)
+        assert [how for _, how in started] == ["context in the shared browser"] + ["browser of its own"] * (
+            2 if name == "kills_browser" else 1), (name, started, out[-3000:])
     assert re.search(r"\[own\] worker \d+ started " + warm + ", browser of its own", out), out[-3000:]
-    killed = int((counters / "killed_chromium").read_text())
-    assert not _alive(killed)
+    killed = [line.split() for line in (counters / "killed_chromium").read_text().splitlines()]
+    assert [which for which, _ in killed] == ["shared", "own", "own"], killed
+    assert len({pid for _, pid in killed}) == 3 and not any(_alive(int(pid)) for _, pid in killed)
     frame = committed_frame(fleet_env.remote, f"data/{WEEK}/raw.parquet")
     counts = frame.group_by("source").len().sort("source").rows()
-    assert counts == [("kills_browser", 1), ("own", 8), ("slow_1", 8), ("slow_2", 8)]
+    assert counts == [("own", 8), ("slow_1", 8), ("slow_2", 8)]
 
     os.environ["DAGSTER_HOME"] = str(fleet_env.home / "dagster")
     from dagster import DagsterEventType, DagsterInstance, RunsFilter
     with DagsterInstance.get() as instance:
         runs = instance.get_runs(RunsFilter(tags={"dagster/partition": WEEK}))
         scrape = next(r for r in runs if r.tags.get("fleet/kind") == "scrape")
-        why = {e.dagster_event.step_key: _messages(e.dagster_event.event_specific_data.error) for e in
-               instance.all_logs(scrape.run_id, of_type=DagsterEventType.STEP_UP_FOR_RETRY)}
-    assert {"raw__kills_browser", "raw__slow_1", "raw__slow_2"} <= set(why)
-    assert "raw__own" not in why
-    assert all("[infra]" in why[k] and "the browser crashed" in why[k] for k in ("raw__slow_1", "raw__slow_2")), why
+        retried = [(e.dagster_event.step_key, _messages(e.dagster_event.event_specific_data.error)) for e in
+                   instance.all_logs(scrape.run_id, of_type=DagsterEventType.STEP_UP_FOR_RETRY)]
+        failed = {e.dagster_event.step_key: _messages(e.dagster_event.event_specific_data.error) for e in
+                  instance.all_logs(scrape.run_id, of_type=DagsterEventType.STEP_FAILURE)}
+    assert sorted(k for k, _ in retried) == ["raw__kills_browser", "raw__kills_browser", "raw__slow_1", "raw__slow_2"]
+    assert all("[infra]" in why and "the browser crashed" in why for k, why in retried if k != "raw__kills_browser"), retried
+    assert list(failed) == ["raw__kills_browser"] and "[infra]" in failed["raw__kills_browser"], failed
     # fleet run stops the shared browser when the week is done
     assert not (fleet_env.home / "browser" / "endpoint.json").exists()

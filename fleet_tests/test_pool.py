@@ -24,7 +24,10 @@ SCRAPERS = ROOT / "fleet_tests" / "scrapers_pool"
 
 @pytest.fixture
 def home(scrape_home, tmp_path, monkeypatch):
+    """Workers with a browser of their own (FLEET_BROWSER=own), whose driver, Chromium and profile these tests
+    follow; workers on the shared browser (the default) run in every `fleet run` test, and in test_browser."""
     monkeypatch.setenv("FLEET_TEST_COUNTER_DIR", str(tmp_path))
+    monkeypatch.setenv("FLEET_BROWSER", "own")
     return scrape_home
 
 
@@ -43,11 +46,13 @@ def _wait_dead(pid, seconds=15):
         time.sleep(0.1)
 
 
-def _files(home):
-    return sorted(p.name for p in (home / "workers" / "own").iterdir() if not p.name.startswith("."))
+def _files(home, kind="own"):
+    return sorted(p.name for p in (home / "workers" / kind).iterdir() if not p.name.startswith("."))
 
 
-def test_a_warm_worker_runs_each_source_in_a_fresh_context_with_its_steps_world(home, tmp_path, monkeypatch):
+@pytest.mark.parametrize("kind", ["own", "shared"])
+def test_a_warm_worker_runs_each_source_in_a_fresh_context_with_its_steps_world(home, tmp_path, monkeypatch, kind):
+    monkeypatch.setenv("FLEET_BROWSER", kind)
     seen = []
     for i, cwd in enumerate([tmp_path, home]):
         monkeypatch.setenv("FLEET_TEST_PROBE", f"value-{i}")
@@ -62,9 +67,11 @@ def test_a_warm_worker_runs_each_source_in_a_fresh_context_with_its_steps_world(
     assert [r["calls"] for r in seen] == [1, 1]  # the module is imported afresh for each source
     specs = list((home / "artifacts").rglob("spec-*.json"))
     assert specs and not any("value-" in p.read_text() for p in specs)  # the environment never reaches disk
+    if kind == "shared":  # a worker on the shared browser runs no Node.js driver and no Chromium of its own
+        assert not descendants(seen[0]["pid"])
     assert pool.stop_idle(home / "workers") == 1
     _wait_dead(seen[0]["pid"])
-    assert _files(home) == []
+    assert _files(home, kind) == []
 
 
 def test_a_worker_is_reused_only_after_a_clean_finish(home, tmp_path):

@@ -86,9 +86,10 @@ def test_a_scraper_that_closes_its_own_page_is_a_source_error_not_a_browser_cras
     assert "TargetClosedError" in out.error and "the browser crashed" not in out.error, out.error
 
 
-def test_a_browser_that_dies_mid_scrape_is_infra(home, tmp_path):
+def test_a_browser_that_dies_mid_scrape_is_infra(home, tmp_path, monkeypatch):
     """The scraper SIGKILLs its own worker's Chromium and then uses its page: the same error text as above, but the
-    browser disconnected, so it is infra (re-executed)."""
+    browser disconnected, so it is infra (re-executed). (The shared browser's crash: test_browser.)"""
+    monkeypatch.setenv("FLEET_BROWSER", "own")
     src = scraper(tmp_path, "kills_chromium", """
         from fleet.scraping.procs import descendants
         await page.set_content("<p>x</p>")

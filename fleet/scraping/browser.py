@@ -1,9 +1,9 @@
 """One Chromium per ``FLEET_HOME``, shared by the scrape workers; each source gets a browser context of its own.
 
-With ``FLEET_BROWSER=shared`` (opt-in; the default is a Chromium per warm worker, see fleet/scraping/pool.py),
-source workers connect to one browser served by Playwright's browser server (``python -m playwright
-launch-server``: what Node's ``browserType.launchServer`` starts) with ``browser_type.connect``, and open a
-fresh context in it.
+With ``FLEET_BROWSER=shared`` (the default; ``own`` gives each warm worker a Chromium of its own, see
+fleet/scraping/pool.py), source workers connect to one browser served by Playwright's browser server (``python
+-m playwright launch-server``: what Node's ``browserType.launchServer`` starts), each on a WebSocket of its own
+with no Node.js driver in the worker (fleet/scraping/wsclient.py), and open a fresh context in it.
 A context has its own cookies, storage and cache, like an incognito window. What stays isolated:
 
 - each source's Python code still runs in its own worker process, killed as a whole at its hard timeout.
@@ -12,14 +12,17 @@ A context has its own cookies, storage and cache, like an incognito window. What
 - a renderer crash takes down only that source's tab (Chromium runs a renderer per site).
 
 What is shared is the browser process. If it dies, every source using it at that moment fails at once with
-category ``infra``, and the run re-executes those steps (the raw assets' retry policy). The next source to
-start launches a new browser. A scraper that must not share (extensions, a custom profile, flags) sets ``own_browser = True``.
+category ``infra``, and the run re-executes those steps (the raw assets' retry policy). A re-executed attempt
+never uses the shared browser (fleet/scraping/runner.py): a source that crashes Chromium itself, on every
+attempt, takes the others down once, and after that only browsers of its own. The next first attempt to start
+launches a new shared browser. A scraper that must not share (extensions, a custom profile, flags) sets
+``own_browser = True``.
 
-It is not the default because it does not pay on the 2-core machine of BENCHMARKS.md: full-size weeks (40
-sources, cap 10) used as much CPU as with a Chromium per worker, or more (5 alternating pairs), since one
-browser process and one server then carry every page of the week. Until 2026-12-04 the workers connected over
-the DevTools protocol (``connect_over_cdp``), where each worker's driver handles the events of every page in
-the browser: such weeks took twice as long, with 2.6 times the CPU.
+What it saves, on the 2-core machine of BENCHMARKS.md: full-size weeks (40 sources, cap 10), 3 alternating pairs,
+used 41 CPU-s against 50 with a Chromium and a driver per worker, and took 49 s against 52.5. Until
+2026-12-05 each worker still ran its own driver to reach the server, and sharing saved nothing; until 2026-12-04
+the workers connected over the DevTools protocol (``connect_over_cdp``), where each worker's driver handles the
+events of every page in the browser.
 
 The browser runs under a small host process, ``python -m fleet.scraping.browser serve DIR``, which:
 

@@ -204,15 +204,17 @@ def run_source(source: Source, week: str, *, store: ArtifactStore, run_id: str, 
         "tmp_root": str(pool.tmp_root(s.home / "workers")),
         "step_pid": os.getpid(),
     }
-    shared = not source.own_browser and s.browser == "shared"
+    # An attempt that resumes a crashed one (its rows are spooled here) takes the next free slot before others.
+    resuming = any(work.glob("rows-*.jsonl"))
+    # A re-execution gets a browser of its own: if the shared browser died under the crashed attempt, the source
+    # that killed it kills only its own browser from now on, so each other source loses one attempt at most.
+    shared = not source.own_browser and s.browser == "shared" and not (reexecution or resuming)
     warm = not source.own_process and s.workers == "warm"
     spec_path = work / f"spec-{attempt}.json"
     browser_dir = None
     start_error = None
     # Only the part that holds a worker and its browser counts against FLEET_MAX_PARALLEL: the step's start-up,
     # and its frame, checks and events after this, run outside it (fleet/scraping/slots.py).
-    # An attempt that resumes a crashed one (its rows are spooled here) takes the next free slot before others.
-    resuming = any(work.glob("rows-*.jsonl"))
     with scrape_slot(s.slots_dir, s.max_parallel, resuming=resuming) as waited:
         if waited >= 1:
             log_line(f"[run {run_id}] [{source.name}] waited {waited:.1f}s for a scrape slot "

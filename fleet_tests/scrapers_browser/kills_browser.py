@@ -2,14 +2,40 @@ import asyncio
 import json
 import os
 import signal
+from pathlib import Path
 
 import polars as pl
 
 from fleet import Scraper
 
 
+def _browser_of_this_worker() -> tuple[str, int]:
+    """The Chromium this attempt's page is in: a browser process under this worker (a browser of its own, under
+    its Playwright driver), or else the shared one."""
+    todo, mine = [os.getpid()], []
+    while todo:
+        pid = todo.pop()
+        try:
+            children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+        except OSError:
+            continue
+        for child in map(int, children):
+            todo.append(child)
+            try:
+                argv = Path(f"/proc/{child}/cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if b"chrom" in argv[0] and not any(a.startswith(b"--type=") for a in argv):
+                mine.append(child)
+    if mine:
+        return "own", mine[0]
+    info = json.loads(Path(os.environ["FLEET_HOME"], "browser", "endpoint.json").read_text())
+    return "shared", info["chromium_pid"]
+
+
 class KillsBrowser(Scraper):
-    """On its first attempt of a week, SIGKILLs the shared Chromium while the other sources are mid-scrape."""
+    """Crashes the browser it runs in, on every attempt: a page that brings down Chromium itself. Its first
+    attempt, in the shared browser, waits until the other sources are mid-scrape there."""
 
     name = "kills_browser"
     schema = {"id": pl.Int64}
@@ -17,18 +43,15 @@ class KillsBrowser(Scraper):
     timeout_s = 90
 
     async def scrape(self, page, ctx):
-        if not ctx.checkpoint.get("killed"):
-            ctx.checkpoint["killed"] = True
-            ctx.save_checkpoint()
-            counters = os.environ["FLEET_TEST_COUNTER_DIR"]
-            for _ in range(300):  # until both slow sources are mid-scrape in the shared browser
-                if all(os.path.exists(os.path.join(counters, f"slow_{n}.started")) for n in (1, 2)):
-                    break
-                await asyncio.sleep(0.1)
-            info = json.loads(open(os.path.join(os.environ["FLEET_HOME"], "browser", "endpoint.json")).read())
-            with open(os.path.join(counters, "killed_chromium"), "w") as fh:
-                fh.write(str(info["chromium_pid"]))
-            os.kill(info["chromium_pid"], signal.SIGKILL)
-            await asyncio.sleep(30)
+        counters = os.environ["FLEET_TEST_COUNTER_DIR"]
+        for _ in range(300):  # until both slow sources are mid-scrape
+            if all(os.path.exists(os.path.join(counters, f"slow_{n}.started")) for n in (1, 2)):
+                break
+            await asyncio.sleep(0.1)
+        which, pid = _browser_of_this_worker()
+        with open(os.path.join(counters, "killed_chromium"), "a") as fh:
+            fh.write(f"{which} {pid}\n")
+        os.kill(pid, signal.SIGKILL)
+        await asyncio.sleep(30)
         await page.set_content("<p>1</p>")
         yield {"id": int(await page.locator("p").inner_text())}
