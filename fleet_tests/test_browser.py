@@ -185,3 +185,42 @@ def test_a_browser_killer_costs_each_other_source_one_attempt_at_most(fleet_env)
     assert list(failed) == ["raw__kills_browser"] and "[infra]" in failed["raw__kills_browser"], failed
     # fleet run stops the shared browser when the week is done
     assert not (fleet_env.home / "browser" / "endpoint.json").exists()
+
+
+def test_this_playwright_has_what_the_websocket_client_uses():
+    """Without it, every worker on the shared browser would run a Node.js driver again (worker.open_browser falls
+    back to one) and quietly cost ~0.2 CPU-s more per source: a Playwright upgrade that loses these parts fails
+    here first."""
+    assert wsclient.available()
+
+
+def test_without_the_websocket_client_a_worker_reaches_the_shared_browser_through_a_driver(tmp_path, monkeypatch):
+    """The fallback of worker.open_browser, through real Chromium: a context in the shared browser, and a node
+    process (the driver) under this process while it is open."""
+    import asyncio
+
+    from fleet.scraping import worker
+
+    d = tmp_path / "browser"
+    monkeypatch.setenv("FLEET_BROWSER_IDLE_S", "600")
+    monkeypatch.setattr(wsclient, "available", lambda: False)
+    endpoint = browser.acquire(d, chromium_path())
+
+    def nodes():
+        return [pid for pid in descendants(os.getpid())
+                if b"node" in Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0]]
+
+    async def main():
+        async with worker.open_browser({"shared_endpoint": endpoint, "chromium": chromium_path()}) as b:
+            page = await (await b.new_context()).new_page()
+            await page.set_content("<h1>through a driver</h1>")
+            assert await page.inner_text("h1") == "through a driver"
+            assert nodes()
+        assert not b.is_connected()
+    try:
+        asyncio.run(main())
+        _wait_for(lambda: not nodes())
+        assert _alive(json.loads((d / "endpoint.json").read_text())["chromium_pid"])  # only disconnected
+    finally:
+        browser.release(d)
+        browser.stop(d)

@@ -206,8 +206,9 @@ def run_source(source: Source, week: str, *, store: ArtifactStore, run_id: str, 
     }
     # An attempt that resumes a crashed one (its rows are spooled here) takes the next free slot before others.
     resuming = any(work.glob("rows-*.jsonl"))
-    # A re-execution gets a browser of its own: if the shared browser died under the crashed attempt, the source
-    # that killed it kills only its own browser from now on, so each other source loses one attempt at most.
+    # A re-execution, or any attempt after an unfinished one this week (its rows are spooled), gets a browser of
+    # its own: if the shared browser died under the last attempt, the source that killed it kills only its own
+    # browser from now on, so each other source loses one attempt at most.
     shared = not source.own_browser and s.browser == "shared" and not (reexecution or resuming)
     warm = not source.own_process and s.workers == "warm"
     spec_path = work / f"spec-{attempt}.json"
@@ -339,7 +340,8 @@ def run_source(source: Source, week: str, *, store: ArtifactStore, run_id: str, 
                  if phase and phase[0].startswith(IMPORTING) else "timed out")
         result = {**(result or {}), "status": "timeout", "category": "source",
                   "error": f"source {source.name}: {doing} after {seconds:.1f}s (limit {timeout:g}s); "
-                           f"its worker and browser were killed"}
+                           + ("its worker was killed, and its contexts in the shared browser closed" if shared
+                              else "its worker and browser were killed")}
     elif result and result.get("status") == "timeout":  # the worker stopped the scraper itself, before the limit
         result = {**result, "category": "source",
                   "error": f"source {source.name}: timed out at fleet's soft deadline after {seconds:.1f}s "
