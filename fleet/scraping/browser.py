@@ -13,10 +13,10 @@ A context has its own cookies, storage and cache, like an incognito window. What
 
 What is shared is the browser process. If it dies, every source using it at that moment fails at once with
 category ``infra``, and the run re-executes those steps (the raw assets' retry policy). A re-execution (any
-attempt after an unfinished one of the same week) never uses the shared browser (fleet/scraping/runner.py): a source that crashes Chromium itself, on every
-attempt, takes the others down once, and after that only browsers of its own. The next first attempt to start
-launches a new shared browser. A scraper that must not share (extensions, a custom profile, flags) sets
-``own_browser = True``.
+attempt after an unfinished one of the same week) never uses the shared browser (fleet/scraping/runner.py): a
+source that crashes Chromium itself, on every attempt, takes the others down once, and after that only browsers
+of its own. The next first attempt to start launches a new shared browser. A scraper that must not share
+(extensions, a custom profile, flags) sets ``own_browser = True``.
 
 What it saves, on the 2-core machine of BENCHMARKS.md: full-size weeks (40 sources, cap 10), 3 alternating pairs,
 used 41 CPU-s against 50 with a Chromium and a driver per worker, and took 49 s against 52.5. Until

@@ -21,12 +21,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import inspect
 import json
 
 OPEN_TIMEOUT_S = 60.0
 
 
+@functools.cache
 def available() -> bool:
     """Whether this Playwright's client can run on a WebSocket of ours (the parts of ``playwright._impl`` used
     below exist with the signatures they have in 1.65)."""
