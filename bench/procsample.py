@@ -23,13 +23,14 @@ def kind(args: list[str]) -> str:
     if not line.strip():
         return "kernel thread or zombie"
     for marker, name in (("fleet.scraping.pool", "python warm worker"),
-                         ("fleet.scraping.browser", "python shared-browser host")):
+                         ("fleet.scraping.zygote", "python zygote and the warm workers it forked"),
+                         ("fleet.scraping.browser", "python shared-browser host"),
+                         ("playwright/driver/node", "playwright node driver or browser server")):
         if marker in line:  # before "chromium": their command lines name the Chromium binary
             return name
     if "chromium" in line:
         return "chromium " + next((k for k in CHROMIUM_KINDS if k in line), "browser")
-    for marker, name in (("playwright/driver/node", "playwright node driver"),
-                         ("forkserver", "python forkserver, steps, forked workers"),
+    for marker, name in (("forkserver", "python forkserver, steps, forked workers"),
                          ("fleet.scraping.worker", "python worker (new interpreter)"),
                          ("bin/fleet", "python fleet command (run worker)"), ("git", "git")):
         if marker in line:
