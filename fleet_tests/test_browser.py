@@ -147,9 +147,9 @@ def test_a_bad_chromium_is_a_clear_error(tmp_path):
 
 def test_a_browser_killer_costs_each_other_source_one_attempt_at_most(fleet_env):
     """kills_browser crashes the browser it runs in on every attempt. Its first attempt SIGKILLs the shared
-    Chromium while slow_1 and slow_2 are mid-scrape there: both fail as infra and are re-executed inside the run,
-    each in a browser of its own, and complete. kills_browser's own re-executions get browsers of their own too,
-    so from then on it kills only those, until its crash budget is spent. `own` (own_browser) is untouched."""
+    Chromium while slow_1 and slow_2 are mid-scrape there: all three fail as infra, and each gets a browser of its
+    own for the rest of the week. slow_1 and slow_2 are re-executed inside the run and complete; kills_browser
+    kills only its own browsers from then on, until its crash budget is spent. `own` (own_browser) is untouched."""
     counters = fleet_env.tmp / "counters"
     counters.mkdir()
     env = {**fleet_env.env, "FLEET_SCRAPERS_DIR": str(ROOT / "fleet_tests" / "scrapers_browser"),

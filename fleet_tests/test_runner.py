@@ -2,6 +2,7 @@
 what an attempt's outcome says when the scraper times out on its own, closes its own page, hangs at import or
 blocks its event loop, how attempts of one week merge, and what a failed re-scrape leaves for consolidation."""
 import os
+import re
 import textwrap
 import time
 
@@ -106,6 +107,33 @@ def test_a_browser_that_dies_mid_scrape_is_infra(home, tmp_path, monkeypatch):
     assert "the browser crashed" in out.error, out.error
 
 
+def test_a_source_that_killed_the_shared_browser_and_died_with_it_gets_its_own_browser_next(home, tmp_path):
+    """The scraper SIGKILLs the shared Chromium and then its own worker (os._exit): nothing reports that the
+    browser died under it, yet the runner sees the browser its worker was on gone. The source's next attempt
+    this week runs in a browser of its own, where it does no harm (and here completes)."""
+    from fleet.scraping.runner import SHARED_BROWSER_DIED
+
+    src = scraper(tmp_path, "kills_and_exits", """
+        import json
+        from fleet.scraping.procs import descendants
+        mine = [p for p in descendants(os.getpid()) if b"chrom" in open(f"/proc/{p}/cmdline", "rb").read()]
+        if not mine:  # on the shared browser
+            endpoint = os.path.join(os.environ["FLEET_HOME"], "browser", "endpoint.json")
+            os.kill(json.load(open(endpoint))["chromium_pid"], 9)
+            os._exit(3)
+        yield {"id": 1}
+    """)
+    log = Lines()
+    first, store = run(home, src, log=log)
+    assert (first.status, first.category) == ("failed", "infra"), first
+    assert (store.workdir(WEEK, keys.spool_key("kills_and_exits")) / SHARED_BROWSER_DIED).exists()
+    assert "the shared browser died under this attempt" in str(log), str(log)
+    second, _ = run(home, src, log=log)
+    assert second.status == "ok", second
+    started = re.findall(r"worker \d+ started \([^;]*, ([a-z ]+);", str(log))
+    assert started == ["context in the shared browser", "browser of its own"], started
+
+
 def test_a_browser_dead_before_the_context_opens_is_infra(tmp_path, monkeypatch, request):
     """A warm worker's browser dies between two sources: the next source cannot get a context. No scraper code
     ran; that is infra, whatever the error's text (it was classified source)."""
@@ -202,8 +230,7 @@ def test_a_scraper_killed_at_its_limit_leaves_its_url_and_stack_and_no_stale_evi
         assert (evidence / "screenshot.png").exists() and "first attempt" in (evidence / "page.html").read_text()
         second, _ = run(home, src)
     assert (second.status, second.category) == ("timeout", "source"), second
-    # the second attempt follows a failed one, so it ran in a browser of its own, not the shared one
-    assert "its worker and browser were killed" in second.error
+    assert "its worker was killed, and its contexts in the shared browser closed" in second.error  # the default
     assert sorted(p.name for p in evidence.iterdir()) == ["error.txt", "stack.txt"]
     error = (evidence / "error.txt").read_text()
     assert f"last URL: {url}/books" in error, error

@@ -12,10 +12,10 @@ A context has its own cookies, storage and cache, like an incognito window. What
 - a renderer crash takes down only that source's tab (Chromium runs a renderer per site).
 
 What is shared is the browser process. If it dies, every source using it at that moment fails at once with
-category ``infra``, and the run re-executes those steps (the raw assets' retry policy). A re-execution (any
-attempt after an unfinished one of the same week) never uses the shared browser (fleet/scraping/runner.py): a
+category ``infra``, and the run re-executes those steps (the raw assets' retry policy). Each of those sources
+gets a browser of its own for the rest of the week (fleet/scraping/runner.py, ``SHARED_BROWSER_DIED``): a
 source that crashes Chromium itself, on every attempt, takes the others down once, and after that only browsers
-of its own. The next first attempt to start launches a new shared browser. A scraper that must not share
+of its own. The next source to start on the shared browser launches a new one. A scraper that must not share
 (extensions, a custom profile, flags) sets ``own_browser = True``.
 
 What it saves, on the 2-core machine of BENCHMARKS.md: full-size weeks (40 sources, cap 10), 3 alternating pairs,
@@ -75,6 +75,12 @@ def _read_endpoint(directory: Path) -> dict | None:
     if not (_alive(info.get("host_pid", -1)) and _alive(info.get("chromium_pid", -1))):
         return None
     return info
+
+
+def chromium_pid(directory: Path) -> int | None:
+    """The pid of the shared Chromium in ``directory``, if one runs now."""
+    info = _read_endpoint(directory)
+    return info["chromium_pid"] if info else None
 
 
 def _live_leases(directory: Path) -> list[int]:

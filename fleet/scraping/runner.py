@@ -25,7 +25,7 @@ from fleet.scraping import browser as shared_browser
 from fleet.scraping import pool
 from fleet.scraping.contract import check_seconds
 from fleet.scraping.discovery import Source
-from fleet.scraping.procs import PolledProcess, group_members, kill_pids, kill_tree, sweep_tmp
+from fleet.scraping.procs import PolledProcess, alive, group_members, kill_pids, kill_tree, sweep_tmp
 from fleet.scraping.retry import RetryPolicy
 from fleet.scraping.slots import scrape_slot
 from fleet.storage import store as keys
@@ -141,6 +141,10 @@ def start_worker(spec_path: Path):
                             text=True, errors="replace", start_new_session=True)
 
 
+# In a source's work folder for the week: an attempt of it saw the shared browser die (fleet/scraping/browser.py).
+SHARED_BROWSER_DIED = "shared-browser-died"
+
+
 def merge_attempt_rows(source: Source, spool_dir: Path) -> list[dict]:
     """Rows of every attempt this week, oldest first; a later attempt's row replaces an earlier one with the same key."""
     merged: dict[tuple, dict] = {}
@@ -204,18 +208,17 @@ def run_source(source: Source, week: str, *, store: ArtifactStore, run_id: str, 
         "tmp_root": str(pool.tmp_root(s.home / "workers")),
         "step_pid": os.getpid(),
     }
-    # An attempt that resumes a crashed one (its rows are spooled here) takes the next free slot before others.
-    resuming = any(work.glob("rows-*.jsonl"))
-    # A re-execution, or any attempt after an unfinished one this week (its rows are spooled), gets a browser of
-    # its own: if the shared browser died under the last attempt, the source that killed it kills only its own
-    # browser from now on, so each other source loses one attempt at most.
-    shared = not source.own_browser and s.browser == "shared" and not (reexecution or resuming)
+    # A source whose attempt saw the shared browser die gets browsers of its own for the rest of the week: if it
+    # killed that browser, it kills only its own from now on, so each other source loses one attempt at most.
+    shared = not source.own_browser and s.browser == "shared" and not (work / SHARED_BROWSER_DIED).exists()
     warm = not source.own_process and s.workers == "warm"
     spec_path = work / f"spec-{attempt}.json"
     browser_dir = None
     start_error = None
     # Only the part that holds a worker and its browser counts against FLEET_MAX_PARALLEL: the step's start-up,
     # and its frame, checks and events after this, run outside it (fleet/scraping/slots.py).
+    # An attempt that resumes a crashed one (its rows are spooled here) takes the next free slot before others.
+    resuming = any(work.glob("rows-*.jsonl"))
     with scrape_slot(s.slots_dir, s.max_parallel, resuming=resuming) as waited:
         if waited >= 1:
             log_line(f"[run {run_id}] [{source.name}] waited {waited:.1f}s for a scrape slot "
@@ -262,6 +265,7 @@ def run_source(source: Source, week: str, *, store: ArtifactStore, run_id: str, 
 
         log_line(f"[run {run_id}] [{source.name}] worker {proc.pid} started "
                  f"({how}, {'context in the shared browser' if shared else 'browser of its own'}; limit {timeout:g}s)")
+        watched = shared_browser.chromium_pid(s.browser_dir) if shared else None  # the one its worker is on
 
         output_path = work / f"output-{attempt}.log"
 
@@ -332,6 +336,13 @@ def run_source(source: Source, week: str, *, store: ArtifactStore, run_id: str, 
 
     result_path = Path(spec["result_path"])
     result = json.loads(result_path.read_text()) if result_path.exists() else None
+    # The worker says so; or it did not finish cleanly and the browser it was on is gone (a worker that dies with
+    # the browser it killed reports nothing).
+    if shared and ((result or {}).get("browser_died") or (
+            watched and not alive(watched) and (result or {}).get("status") not in ("ok", "empty"))):
+        (work / SHARED_BROWSER_DIED).write_text(f"{run_id} {attempt}\n")
+        log_line(f"[run {run_id}] [{source.name}] the shared browser died under this attempt; this source gets a "
+                 f"browser of its own for the rest of week {week}")
     if timed_out:
         from fleet.scraping.worker import IMPORTING  # the phase the worker wrote into its ready file
 

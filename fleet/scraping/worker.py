@@ -183,8 +183,9 @@ async def scrape(browser, spec: dict) -> dict:
             if context is not None:
                 with contextlib.suppress(Exception):
                     await asyncio.wait_for(context.close(), 5)
-            return failure_result(spec, exc, "infra", "the browser crashed before the source's context opened"
-                                  if not browser.is_connected() else "the browser did not open a context")
+            return {**failure_result(spec, exc, "infra", "the browser crashed before the source's context opened"
+                                     if not browser.is_connected() else "the browser did not open a context"),
+                    "browser_died": not browser.is_connected()}
         page.on("crash", on_gone)
         # The scraper's clock starts now: browser start-up is fleet's cost, with its own limit in the runner. The
         # import of its module is the source's: a module that hangs or raises at import is the source's failure.
@@ -243,6 +244,7 @@ async def scrape(browser, spec: dict) -> dict:
                     result["http_status"] = exc.status
             if infra:
                 result["error"] = f"source {source.name}: the browser crashed: {text}"
+                result["browser_died"] = not browser.is_connected()  # not only this source's renderer
         if result["status"] not in ("ok", "empty"):
             hard_deadline = start + spec["timeout_s"]  # when the runner kills this process
             if imported:  # before that, the page is the blank one fleet opened
