@@ -6,7 +6,7 @@ browser (``FLEET_BROWSER=shared``, fleet/scraping/browser.py) that is one more N
 every page's traffic crosses two of them. Measured on the 2-core machine of BENCHMARKS.md (a temporary script:
 10 processes of 4 sources × 10 pages of a local site at 1 s of latency, whole process tree): a driver and a
 Chromium per process 35.9-39.6 CPU-s; one browser server, each process on a WebSocket of its own and no driver
-26.3-28.5 CPU-s.
+26.3-29.7 CPU-s.
 
 :func:`connect` does what the driver's ``connect`` does on its side: it opens the WebSocket and runs the
 client's protocol ``Connection`` on it. The server gives this connection its browser (``preLaunchedBrowser``)
