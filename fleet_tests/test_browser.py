@@ -224,3 +224,35 @@ def test_without_the_websocket_client_a_worker_reaches_the_shared_browser_throug
     finally:
         browser.release(d)
         browser.stop(d)
+
+
+def test_the_websocket_client_ignores_proxy_settings_and_a_bad_number_fails_only_its_call(tmp_path, monkeypatch):
+    """HTTP(S)_PROXY / ALL_PROXY in the environment must not route the connection to 127.0.0.1 through a proxy
+    (websockets follows them by default; Playwright's driver does not). A value JSON cannot carry (an infinite
+    timeout) fails that one call with Playwright's Error; the connection and its page stay usable."""
+    import asyncio
+    import math
+
+    from playwright.async_api import Error as PlaywrightError
+
+    d = tmp_path / "browser"
+    monkeypatch.setenv("FLEET_BROWSER_IDLE_S", "600")
+    endpoint = browser.acquire(d, chromium_path())
+    for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy"):
+        monkeypatch.setenv(name, "http://127.0.0.1:9")  # nothing listens there
+    monkeypatch.delenv("NO_PROXY", raising=False)
+    monkeypatch.delenv("no_proxy", raising=False)
+
+    async def main():
+        b = await wsclient.connect(endpoint, timeout_s=20)
+        page = await (await b.new_context()).new_page()
+        await page.set_content("<p>ok</p>")
+        with pytest.raises(PlaywrightError, match="Out of range float"):
+            await page.wait_for_selector("p", timeout=math.inf)
+        assert b.is_connected() and await page.inner_text("p") == "ok"
+        await b.close()
+    try:
+        asyncio.run(main())
+    finally:
+        browser.release(d)
+        browser.stop(d)

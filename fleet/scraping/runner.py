@@ -320,6 +320,8 @@ def run_source(source: Source, week: str, *, store: ArtifactStore, run_id: str, 
         finally:
             if proc.poll() is None:
                 kill_worker(proc)
+            # before the lease goes: a shared browser with no lease left may stop when idle, which is no crash
+            watched_gone = watched is not None and not alive(watched)
             if browser_dir is not None:
                 shared_browser.release(browser_dir)
         seconds = round(time.monotonic() - (ready_at or started), 3)  # the clean-up below is fleet's, not the source's
@@ -339,7 +341,7 @@ def run_source(source: Source, week: str, *, store: ArtifactStore, run_id: str, 
     # The worker says so; or it did not finish cleanly and the browser it was on is gone (a worker that dies with
     # the browser it killed reports nothing).
     if shared and ((result or {}).get("browser_died") or (
-            watched and not alive(watched) and (result or {}).get("status") not in ("ok", "empty"))):
+            watched_gone and (result or {}).get("status") not in ("ok", "empty"))):
         (work / SHARED_BROWSER_DIED).write_text(f"{run_id} {attempt}\n")
         log_line(f"[run {run_id}] [{source.name}] the shared browser died under this attempt; this source gets a "
                  f"browser of its own for the rest of week {week}")

@@ -174,18 +174,22 @@ async def scrape(browser, spec: dict) -> dict:
         return await own_close(*args, **kwargs)
 
     browser.close = close
+    # A browser that was already gone when this attempt began did not die under it (a warm worker can be handed
+    # a source in the moment its browser dies): browser_died is for the runner, which moves the source off it.
+    connected_at_start = browser.is_connected()
     try:
         context = None
         try:
             context = await browser.new_context()
             page = await context.new_page()
         except Exception as exc:  # no scraper code has run: the browser is gone, or will not give it a context
+            died = await _browser_died(browser, gone, exc)  # its "disconnected" can come just after the error
             if context is not None:
                 with contextlib.suppress(Exception):
                     await asyncio.wait_for(context.close(), 5)
             return {**failure_result(spec, exc, "infra", "the browser crashed before the source's context opened"
-                                     if not browser.is_connected() else "the browser did not open a context"),
-                    "browser_died": not browser.is_connected()}
+                                     if died else "the browser did not open a context"),
+                    "browser_died": died and connected_at_start}
         page.on("crash", on_gone)
         # The scraper's clock starts now: browser start-up is fleet's cost, with its own limit in the runner. The
         # import of its module is the source's: a module that hangs or raises at import is the source's failure.
@@ -244,7 +248,8 @@ async def scrape(browser, spec: dict) -> dict:
                     result["http_status"] = exc.status
             if infra:
                 result["error"] = f"source {source.name}: the browser crashed: {text}"
-                result["browser_died"] = not browser.is_connected()  # not only this source's renderer
+                # not only this source's renderer
+                result["browser_died"] = connected_at_start and not browser.is_connected()
         if result["status"] not in ("ok", "empty"):
             hard_deadline = start + spec["timeout_s"]  # when the runner kills this process
             if imported:  # before that, the page is the blank one fleet opened

@@ -33,7 +33,7 @@ def available() -> bool:
     """Whether this Playwright's client can run on a WebSocket of ours (the parts of ``playwright._impl`` used
     below exist with the signatures they have in 1.65)."""
     try:
-        import websockets  # noqa: F401  (dagster-webserver's uvicorn brings it)
+        from websockets.asyncio.client import connect  # websockets >= 14; older ones take other arguments
         from playwright._impl.browser import Browser
         from playwright._impl.connection import Connection
         from playwright._impl.utils.tasks import wait_for_next_task  # noqa: F401
@@ -41,7 +41,7 @@ def available() -> bool:
     except ImportError:
         return False
     params = list(inspect.signature(Connection.__init__).parameters)
-    return (params[1:3] == ["loop", "local_utils"] and hasattr(Connection, "mark_as_remote")
+    return ("proxy" in inspect.signature(connect).parameters and params[1:3] == ["loop", "local_utils"] and hasattr(Connection, "mark_as_remote")
             and hasattr(Connection, "initialize_playwright") and hasattr(Browser, "_connect_to_browser_type")
             and hasattr(Browser, "_did_close"))
 
@@ -59,19 +59,21 @@ async def connect(endpoint: str, *, timeout_s: float = OPEN_TIMEOUT_S):
     """A ``playwright.async_api.Browser`` on the browser server at ``endpoint`` (``ws://...``). Closing it, or the
     server dropping the connection, ends the connection: the browser emits "disconnected", and pending calls fail
     with a ``TargetClosedError``."""
-    import websockets
     from playwright._impl.browser import Browser
     from playwright._impl.connection import Connection
+    from playwright._impl.errors import Error
     from playwright._impl.events import Events
     from playwright._impl.utils.tasks import wait_for_next_task
     from playwright.async_api._generated import mapping
+    from websockets.asyncio.client import connect as ws_connect
 
     loop = asyncio.get_running_loop()
-    ws = await websockets.connect(endpoint, additional_headers={"x-playwright-browser": "chromium"},
-                                  user_agent_header=_user_agent(), open_timeout=timeout_s,
-                                  max_size=None,  # a full-page screenshot comes as one message
-                                  ping_interval=None,  # a scraper that blocks its loop must not lose its browser
-                                  compression=None)
+    ws = await ws_connect(endpoint, additional_headers={"x-playwright-browser": "chromium"},
+                          user_agent_header=_user_agent(), open_timeout=timeout_s,
+                          proxy=None,  # the server is on 127.0.0.1; HTTP(S)_PROXY must not apply (nor does it to a driver)
+                          max_size=None,  # a full-page screenshot comes as one message
+                          ping_interval=None,  # a scraper that blocks its loop must not lose its browser
+                          compression=None)
     connection = Connection(loop, None)
     connection.mark_as_remote()
     outbox: asyncio.Queue = asyncio.Queue()
@@ -83,7 +85,7 @@ async def connect(endpoint: str, *, timeout_s: float = OPEN_TIMEOUT_S):
             if message is None:
                 break
             try:
-                await ws.send(json.dumps(message, allow_nan=False))
+                await ws.send(message)
             except Exception as exc:
                 connection.close(f"the browser server connection failed: {exc}")
                 break
@@ -108,7 +110,15 @@ async def connect(endpoint: str, *, timeout_s: float = OPEN_TIMEOUT_S):
             context._on_close()
         loop.call_soon(lambda: browser._did_close() if browser else None)
 
-    connection.onmessage = outbox.put_nowait
+    def onmessage(message: dict) -> None:
+        # Serialized here, in the API call, as the driver's pipe does: a value JSON cannot carry (NaN, infinity)
+        # fails that call with Playwright's Error, instead of the connection and every page on it.
+        try:
+            outbox.put_nowait(json.dumps(message, allow_nan=False))
+        except ValueError as exc:
+            raise Error(str(exc)) from None
+
+    connection.onmessage = onmessage
     connection.on("close", on_close)
     tasks = [loop.create_task(send_all()), loop.create_task(receive_all())]
     try:
