@@ -181,7 +181,8 @@ def test_a_browser_killer_costs_each_other_source_one_attempt_at_most(fleet_env)
         failed = {e.dagster_event.step_key: _messages(e.dagster_event.event_specific_data.error) for e in
                   instance.all_logs(scrape.run_id, of_type=DagsterEventType.STEP_FAILURE)}
     assert sorted(k for k, _ in retried) == ["raw__kills_browser", "raw__kills_browser", "raw__slow_1", "raw__slow_2"]
-    assert all("[infra]" in why and "the browser crashed" in why for k, why in retried if k != "raw__kills_browser"), retried
+    assert all("[infra]" in why and "the browser crashed" in why
+               for k, why in retried if k != "raw__kills_browser"), retried
     assert list(failed) == ["raw__kills_browser"] and "[infra]" in failed["raw__kills_browser"], failed
     # fleet run stops the shared browser when the week is done
     assert not (fleet_env.home / "browser" / "endpoint.json").exists()

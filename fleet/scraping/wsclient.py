@@ -36,14 +36,16 @@ def available() -> bool:
         from websockets.asyncio.client import connect  # websockets >= 14; older ones take other arguments
         from playwright._impl.browser import Browser
         from playwright._impl.connection import Connection
+        from playwright._impl.errors import Error  # noqa: F401
+        from playwright._impl.events import Events  # noqa: F401
         from playwright._impl.utils.tasks import wait_for_next_task  # noqa: F401
         from playwright.async_api._generated import mapping  # noqa: F401
     except ImportError:
         return False
     params = list(inspect.signature(Connection.__init__).parameters)
-    return ("proxy" in inspect.signature(connect).parameters and params[1:3] == ["loop", "local_utils"] and hasattr(Connection, "mark_as_remote")
-            and hasattr(Connection, "initialize_playwright") and hasattr(Browser, "_connect_to_browser_type")
-            and hasattr(Browser, "_did_close"))
+    return ("proxy" in inspect.signature(connect).parameters and params[1:3] == ["loop", "local_utils"]
+            and hasattr(Connection, "mark_as_remote") and hasattr(Connection, "initialize_playwright")
+            and hasattr(Browser, "_connect_to_browser_type") and hasattr(Browser, "_did_close"))
 
 
 def _user_agent() -> str:
@@ -70,7 +72,7 @@ async def connect(endpoint: str, *, timeout_s: float = OPEN_TIMEOUT_S):
     loop = asyncio.get_running_loop()
     ws = await ws_connect(endpoint, additional_headers={"x-playwright-browser": "chromium"},
                           user_agent_header=_user_agent(), open_timeout=timeout_s,
-                          proxy=None,  # the server is on 127.0.0.1; HTTP(S)_PROXY must not apply (nor does it to a driver)
+                          proxy=None,  # the server is on 127.0.0.1: no HTTP(S)_PROXY (a driver ignores them too)
                           max_size=None,  # a full-page screenshot comes as one message
                           ping_interval=None,  # a scraper that blocks its loop must not lose its browser
                           compression=None)
