@@ -100,25 +100,21 @@ def use_node_cache(spec: dict) -> None:
 async def open_browser(spec: dict):
     """The shared Chromium (``spec["shared_endpoint"]``, fleet/scraping/browser.py) or a Chromium of this worker's
     own, open for the ``async with`` block; it is closed (a shared one: disconnected) at its end."""
-    if spec.get("shared_endpoint") and wsclient.available():
-        # Playwright's browser server, on a WebSocket of this worker's own and no Node.js driver here
-        # (fleet/scraping/wsclient.py): this connection sees only the contexts it creates, and they close with it.
-        browser = await wsclient.connect(spec["shared_endpoint"], timeout_s=60)
-        try:
-            yield browser
-        finally:
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(browser.close(), 10)
-        return
-    from playwright.async_api import async_playwright
-
-    use_node_cache(spec)
-    async with async_playwright() as pw:
-        if spec.get("shared_endpoint"):  # a Playwright without what wsclient needs: through a driver
-            browser = await pw.chromium.connect(spec["shared_endpoint"], timeout=60_000)
+    async with contextlib.AsyncExitStack() as stack:
+        if spec.get("shared_endpoint") and wsclient.available():
+            # Playwright's browser server, on a WebSocket of this worker's own and no Node.js driver here
+            # (fleet/scraping/wsclient.py): this connection sees only the contexts it creates, which close with it.
+            browser = await wsclient.connect(spec["shared_endpoint"], timeout_s=60)
         else:
-            browser = await pw.chromium.launch(executable_path=spec["chromium"], headless=True,
-                                               args=list(CHROMIUM_ARGS))
+            from playwright.async_api import async_playwright
+
+            use_node_cache(spec)
+            pw = await stack.enter_async_context(async_playwright())
+            if spec.get("shared_endpoint"):  # a Playwright without what wsclient needs: through a driver
+                browser = await pw.chromium.connect(spec["shared_endpoint"], timeout=60_000)
+            else:
+                browser = await pw.chromium.launch(executable_path=spec["chromium"], headless=True,
+                                                   args=list(CHROMIUM_ARGS))
         try:
             yield browser
         finally:
