@@ -80,6 +80,18 @@ def _renderers(chromium_pid: int) -> set[int]:
     return out
 
 
+def _node_processes() -> list[int]:
+    """Node.js processes under this one (a Playwright driver is one)."""
+    out = []
+    for pid in descendants(os.getpid()):
+        try:
+            if b"node" in Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0]:
+                out.append(pid)
+        except OSError:
+            pass
+    return out
+
+
 def _wait_for(predicate, seconds=20):
     deadline = time.monotonic() + seconds
     while not predicate():
@@ -121,8 +133,7 @@ def test_each_worker_sees_only_its_own_contexts_and_a_killed_ones_close(tmp_path
             page = await (await b.new_context()).new_page()
             await page.set_content("<h1>this worker</h1>")
             theirs = {other.pid, *descendants(other.pid)}  # the other's driver is a node process
-            assert not [pid for pid in descendants(os.getpid()) if pid not in theirs
-                        and b"node" in Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0]]
+            assert not [pid for pid in _node_processes() if pid not in theirs]
             other.send_signal(signal.SIGKILL)
             other.wait()
             await asyncio.get_running_loop().run_in_executor(
@@ -207,20 +218,16 @@ def test_without_the_websocket_client_a_worker_reaches_the_shared_browser_throug
     monkeypatch.setattr(wsclient, "available", lambda: False)
     endpoint = browser.acquire(d, chromium_path())
 
-    def nodes():
-        return [pid for pid in descendants(os.getpid())
-                if b"node" in Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0]]
-
     async def main():
         async with worker.open_browser({"shared_endpoint": endpoint, "chromium": chromium_path()}) as b:
             page = await (await b.new_context()).new_page()
             await page.set_content("<h1>through a driver</h1>")
             assert await page.inner_text("h1") == "through a driver"
-            assert nodes()
+            assert _node_processes()
         assert not b.is_connected()
     try:
         asyncio.run(main())
-        _wait_for(lambda: not nodes())
+        _wait_for(lambda: not _node_processes())
         assert _alive(json.loads((d / "endpoint.json").read_text())["chromium_pid"])  # only disconnected
     finally:
         browser.release(d)
