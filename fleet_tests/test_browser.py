@@ -10,7 +10,7 @@ import pytest
 
 from fleet.config import chromium_path
 from fleet.scraping import browser, wsclient
-from fleet.scraping.procs import alive as _alive, descendants, tmp_base
+from fleet.scraping.procs import alive as _alive, descendants, kill_pids, tmp_base
 from fleet_tests.conftest import ROOT, WEEK, committed_frame, run_fleet
 
 
@@ -35,6 +35,8 @@ def test_one_browser_is_shared_leased_and_stopped(tmp_path, monkeypatch):
     first = browser.acquire(d, chromium_path(), holder=os.getpid())
     info = json.loads((d / "endpoint.json").read_text())
     assert first == info["endpoint"] and _alive(info["chromium_pid"])
+    # the browser itself, not Debian's shell script that runs it with the same switches
+    assert "chromium" in os.path.basename(os.readlink(f"/proc/{info['chromium_pid']}/exe"))
     # Playwright's artifacts folder is in the host's own temporary folder (procs.private_tmp), not in /tmp
     [own] = tmp_base(d).iterdir()
     assert own.name.startswith(f"{info['host_pid']}-") and any(own.glob("playwright-artifacts-*"))
@@ -50,6 +52,28 @@ def test_one_browser_is_shared_leased_and_stopped(tmp_path, monkeypatch):
     assert not (d / "endpoint.json").exists()
     assert not list(d.glob("profile-*"))  # the stopped browser's profile is removed with it
     assert not tmp_base(d).exists()  # and so is its temporary folder, though the host was killed
+
+
+def test_the_browser_is_the_innermost_process_with_its_switches(tmp_path):
+    """A wrapper script that runs the browser with the same switches (Debian's ``chromium-headless-shell``) is not
+    taken for the browser: the process under it is."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "fake-chromium"
+    script.write_text(f'#!/bin/sh\n"{sys.executable}" -c "import time; time.sleep(60)" "$@"\necho done\n')
+    script.chmod(0o755)
+    wrapper = subprocess.Popen([str(script), f"--user-data-dir={tmp_path / 'profile'}", "--headless"])
+    try:
+        deadline = time.monotonic() + 10
+        while (pid := browser._chromium_pid(os.getpid())) in (None, wrapper.pid):
+            assert time.monotonic() < deadline, "the wrapper's child never appeared"
+            time.sleep(0.05)
+        assert pid != wrapper.pid and _alive(pid)
+        assert os.path.basename(os.readlink(f"/proc/{pid}/exe")).startswith("python")
+    finally:
+        kill_pids([wrapper.pid, *descendants(wrapper.pid)])
+        wrapper.wait()
 
 
 def test_a_dead_browser_is_replaced_and_an_idle_one_stops_itself(tmp_path, monkeypatch):

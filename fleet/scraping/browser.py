@@ -51,7 +51,8 @@ from pathlib import Path
 
 from fleet.config import CHROMIUM_ARGS, browser_idle_s
 from fleet.errors import FleetError
-from fleet.scraping.procs import alive as _alive, descendants, kill_pids, kill_tree, private_tmp, sweep_tmp, tmp_base
+from fleet.scraping.procs import (alive as _alive, descendants, kill_pids, kill_tree, private_tmp, stat_fields, sweep_tmp,
+                                  tmp_base)
 
 START_TIMEOUT_S = 60.0
 
@@ -184,15 +185,24 @@ def stop_if_idle(directory: Path) -> bool:
 # --- the host process -----------------------------------------------------------------------------------
 
 def _chromium_pid(parent: int) -> int | None:
-    """The browser process (not a zygote, renderer or other helper) among ``parent``'s descendants."""
+    """The browser process (not a zygote, renderer or other helper) among ``parent``'s descendants.
+
+    Debian's ``chromium-headless-shell`` is a shell script that runs the real binary with the same arguments, so
+    two processes carry the browser's switches: the script, and Chromium under it. The browser is the innermost
+    one, the match that is no other match's parent: the host watches it, and killing it kills the browser
+    (killing the script would leave Chromium running)."""
+    matches: dict[int, int] = {}  # pid -> parent pid
     for pid in descendants(parent):
         try:
             args = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
         except OSError:
             continue
-        if any(a.startswith(b"--user-data-dir=") for a in args) and not any(a.startswith(b"--type=") for a in args):
-            return pid
-    return None
+        fields = stat_fields(pid)
+        if (fields is not None and any(a.startswith(b"--user-data-dir=") for a in args)
+                and not any(a.startswith(b"--type=") for a in args)):
+            matches[pid] = int(fields[1])
+    parents = set(matches.values())
+    return next((pid for pid in matches if pid not in parents), None)
 
 
 def _server_config(directory: Path, host_pid: int) -> Path:
