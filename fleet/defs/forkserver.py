@@ -39,7 +39,8 @@ def fork_server() -> int | None:
             fs._forkserver_address = fs._forkserver_alive_fd = fs._forkserver_pid = None
         if threading.active_count() > 1:
             return None
-        from fleet.defs import warm  # the server's preload, imported here: this process becomes the template
+        from fleet.defs import stepinstance, warm  # the server's preload: this process becomes the template
+        stepinstance.prebuild()  # each step takes a copy instead of building its own (fleet/defs/stepinstance.py)
         resource_tracker.ensure_running()  # as ensure_running does: steps inherit the tracker's fd
         warm.freeze_inherited_heap()  # what this process built since warm was imported is frozen too
         for stream in (sys.stdout, sys.stderr):

@@ -31,6 +31,8 @@ from __future__ import annotations
 
 import logging
 
+from fleet.defs import stepinstance as _stepinstance
+
 log = logging.getLogger(__name__)
 
 
@@ -119,4 +121,6 @@ def freeze_inherited_heap() -> None:
 
 
 warm()
+if _stepinstance.preloaded_by_forkserver():  # Dagster's forkserver (a UI-launched run): its steps fork from here
+    _stepinstance.prebuild()
 freeze_inherited_heap()
