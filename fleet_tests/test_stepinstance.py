@@ -6,6 +6,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from fleet_tests.conftest import ROOT
 
 FORK_PROBE = r"""import json, os, sys
@@ -89,8 +91,10 @@ if __name__ == '__main__':
     from fleet.config import settings
     from fleet.defs import definitions as d
     from fleet.defs.instance import get_instance
-    ref = get_instance(settings()).get_ref()
-    d.start_forkserver()  # as `fleet run` does, once its instance exists
+    ref = get_instance(settings()).get_ref()  # sets DAGSTER_HOME, as the UI's run workers have it
+    if sys.argv[2] == "fleet-run":
+        d.start_forkserver()  # as `fleet run` does, once its instance exists
+    # else Python's own forkserver, started by the first Process, preloads fleet.defs.warm (a UI-launched run)
     ctx = multiprocessing.get_context('forkserver')
     ctx.set_forkserver_preload(list(d.FORKSERVER_PRELOAD))
     q = ctx.SimpleQueue()
@@ -99,12 +103,14 @@ if __name__ == '__main__':
 """
 
 
-def test_a_step_forked_from_fleet_runs_forkserver_takes_its_prebuilt_instance(tmp_path):
-    """`fleet run` prebuilds the instance as it forks its forkserver; a process forked from that server (a step)
-    takes it on its first ``from_ref``."""
+@pytest.mark.parametrize("server", ["fleet-run", "python"])
+def test_a_step_forked_from_a_forkserver_takes_its_prebuilt_instance(tmp_path, server):
+    """`fleet run` prebuilds the instance as it forks its forkserver, and Python's forkserver as it preloads
+    fleet.defs.warm (Dagster's executor in a UI-launched run); a process forked from either server (a step) takes
+    it on its first ``from_ref``."""
     path = tmp_path / "step_probe.py"  # a file: forkserver children import the main module by its path
     path.write_text(STEP_PROBE)
-    out = subprocess.run([sys.executable, str(path), str(tmp_path / "home")], env=_env(), capture_output=True,
+    out = subprocess.run([sys.executable, str(path), str(tmp_path / "home"), server], env=_env(), capture_output=True,
                          text=True, cwd=ROOT, timeout=120)
     assert out.returncode == 0, out.stderr[-3000:]
     assert out.stdout.strip().splitlines()[-1] == "[true, true, true] 0", out.stdout + out.stderr[-2000:]
