@@ -29,8 +29,17 @@ def _wait_dead(pid, seconds=15):
         time.sleep(0.1)
 
 
-def test_one_browser_is_shared_leased_and_stopped(tmp_path, monkeypatch):
+@pytest.fixture
+def browser_dir(tmp_path):
+    """Where a test's shared browser lives; whatever runs there is stopped afterwards, also after a failure (an
+    idle browser would otherwise live out its idle limit)."""
     d = tmp_path / "browser"
+    yield d
+    browser.stop(d)
+
+
+def test_one_browser_is_shared_leased_and_stopped(browser_dir, monkeypatch):
+    d = browser_dir
     monkeypatch.setenv("FLEET_BROWSER_IDLE_S", "600")
     first = browser.acquire(d, chromium_path(), holder=os.getpid())
     info = json.loads((d / "endpoint.json").read_text())
@@ -76,8 +85,8 @@ def test_the_browser_is_the_innermost_process_with_its_switches(tmp_path):
         wrapper.wait()
 
 
-def test_a_dead_browser_is_replaced_and_an_idle_one_stops_itself(tmp_path, monkeypatch):
-    d = tmp_path / "browser"
+def test_a_dead_browser_is_replaced_and_an_idle_one_stops_itself(browser_dir, monkeypatch):
+    d = browser_dir
     monkeypatch.setenv("FLEET_BROWSER_IDLE_S", "1")
     browser.acquire(d, chromium_path())
     old = json.loads((d / "endpoint.json").read_text())
