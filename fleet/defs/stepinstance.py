@@ -4,7 +4,8 @@ A step of Dagster's multiprocess executor starts with ``DagsterInstance.from_ref
 the run storage, fleet's event log, the schedule storage and the rest from the ref, and each sqlite storage
 checks its database's schema revision on the way. That was 24-28 ms of a step's ~180-240 ms of CPU in a
 full-size week (process-time hooks around Dagster's calls, 40 steps; BENCHMARKS.md), and every step of a run
-builds the very same instance.
+builds the very same instance. Taking a copy saves ~15 ms of it (a forked child that stores 5 events: 40.1
+against 54.7 ms): the step still opens its own database connections, at its first event instead.
 
 :func:`prebuild` builds it once, in the process the steps are forked from (`fleet run` before it forks its
 forkserver, or Dagster's forkserver as it preloads ``fleet.defs.warm``), and :func:`install` makes
@@ -16,8 +17,9 @@ ref (another ``DAGSTER_HOME``), and every call in the building process itself.
 What makes the copy safe to use in a forked process: Dagster's sqlite run and schedule storages open a new
 connection for every operation, and fleet's event log opens its own connections in a forked process and leaves
 the inherited ones untouched (fleet/defs/storage.py). The step disposes the instance when it is done, as it
-disposes the one it builds. This is fleet's fourth patch of a library's internals (with fleet/defs/warm.py,
-executor.py and runconfig.py); if Dagster moves ``from_ref``, steps build their own instance again.
+disposes the one it builds. It is one more of fleet's patches of a library's internals (the others are in
+fleet/defs/warm.py, executor.py and runconfig.py); if Dagster moves ``from_ref``, steps build their own
+instance again.
 """
 from __future__ import annotations
 

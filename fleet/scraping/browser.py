@@ -51,8 +51,8 @@ from pathlib import Path
 
 from fleet.config import CHROMIUM_ARGS, browser_idle_s
 from fleet.errors import FleetError
-from fleet.scraping.procs import (alive as _alive, descendants, kill_pids, kill_tree, private_tmp, stat_fields, sweep_tmp,
-                                  tmp_base)
+from fleet.scraping.procs import (alive as _alive, descendants, kill_pids, kill_tree, private_tmp, stat_fields,
+                                  sweep_tmp, tmp_base)
 
 START_TIMEOUT_S = 60.0
 
