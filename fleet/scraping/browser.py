@@ -197,10 +197,10 @@ def _chromium_pid(parent: int) -> int | None:
             args = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
         except OSError:
             continue
-        fields = stat_fields(pid)
-        if (fields is not None and any(a.startswith(b"--user-data-dir=") for a in args)
-                and not any(a.startswith(b"--type=") for a in args)):
-            matches[pid] = int(fields[1])
+        if any(a.startswith(b"--user-data-dir=") for a in args) and not any(a.startswith(b"--type=") for a in args):
+            fields = stat_fields(pid)  # only a match's parent is needed: not every renderer's
+            if fields is not None:
+                matches[pid] = int(fields[1])
     parents = set(matches.values())
     return next((pid for pid in matches if pid not in parents), None)
 
