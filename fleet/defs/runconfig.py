@@ -45,6 +45,14 @@ def _config_key(run_config) -> str | None:
         return None
 
 
+def _remember(cache: dict, key, entry) -> None:
+    """Keep ``entry`` under ``key``, the oldest entry going once ``cache`` holds MAX_ENTRIES."""
+    with _lock:
+        if len(cache) >= MAX_ENTRIES:
+            cache.pop(next(iter(cache)))
+        cache[key] = entry
+
+
 def make_build(original):
     """The memoised ``build(job_def, run_config=None)`` around Dagster's ``original``."""
 
@@ -57,10 +65,7 @@ def make_build(original):
         if hit is not None and hit[0] is job_def:  # the entry holds its job, so its id is never reused meanwhile
             return hit[1]
         resolved = original(job_def, run_config)
-        with _lock:
-            if len(_cache) >= MAX_ENTRIES:
-                _cache.pop(next(iter(_cache)))
-            _cache[cache_key] = (job_def, resolved)
+        _remember(_cache, cache_key, (job_def, resolved))
         return resolved
 
     build.__wrapped__ = original
@@ -85,10 +90,8 @@ def make_plan_build(original):
         hit = _plans.get(cache_key)
         if hit is None or hit[0] is not job_def or hit[1] is not resolved_run_config:
             full = original(job_def, resolved_run_config)
-            with _lock:
-                if len(_plans) >= MAX_ENTRIES:
-                    _plans.pop(next(iter(_plans)))
-                hit = _plans[cache_key] = (job_def, resolved_run_config, None if full.resolvable_map else full)
+            hit = (job_def, resolved_run_config, None if full.resolvable_map else full)
+            _remember(_plans, cache_key, hit)
         full = hit[2]
         if full is None:  # dynamic outputs: the plan depends on the known state, so Dagster builds each
             return original(job_def, resolved_run_config, step_keys_to_execute=step_keys_to_execute,
