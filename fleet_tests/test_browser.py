@@ -70,6 +70,7 @@ def test_the_browser_is_the_innermost_process_with_its_switches(tmp_path):
     import sys
 
     script = tmp_path / "fake-chromium"
+    # a command after it, so no shell runs the "browser" in place of the script (as a last command may be)
     script.write_text(f'#!/bin/sh\n"{sys.executable}" -c "import time; time.sleep(60)" "$@"\necho done\n')
     script.chmod(0o755)
     wrapper = subprocess.Popen([str(script), f"--user-data-dir={tmp_path / 'profile'}", "--headless"])
