@@ -62,6 +62,12 @@ def test_faulty_sources_cost_only_themselves(fleet_env):
         ok_key = AssetCheckKey(AssetKey(["raw", "books"]), "non_empty")
         ok = instance.event_log_storage.get_latest_asset_check_execution_by_key([ok_key])[ok_key]
         assert ok.event.dagster_event.event_specific_data.passed is True
+        # a check evaluates the week it ran for: its result completes the execution the run planned for that
+        # partition, and no planned execution is left behind
+        for check_key in (key, ok_key):
+            history = instance.event_log_storage.get_asset_check_execution_history(check_key, limit=10)
+            assert [(r.partition, r.status.value) for r in history] == [
+                (WEEK, "FAILED" if check_key == key else "SUCCEEDED")], history
 
 
 SLOW = '''
