@@ -39,12 +39,22 @@ def unix_address(path: Path):
 def stat_fields(pid: int | str) -> list[str] | None:
     """``/proc/PID/stat`` from its third field on (the state, the parent's pid, ...; ``proc(5)`` numbers them
     from 1, so field N is ``[N - 3]`` here), or None when there is no such process. The command name (field 2) is
-    in parentheses and may hold spaces or ')', so the split is after the last one."""
+    in parentheses and may hold spaces or ')', so the split is after the last one.
+
+    Read with ``os.open``/``os.read``, not ``open()``: a scan of /proc reads this for every process on the
+    machine (~150 during a week), and a text file object cost twice the time (27 against 12-14 us a process)."""
     try:
-        with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
+        fd = os.open(f"/proc/{pid}/stat", os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
         return None
+    try:
+        data = os.read(fd, 4096)  # the whole file: a few hundred bytes
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    head, paren, rest = data.rpartition(b")")
+    return rest.decode("ascii", "replace").split() if paren else None
 
 
 def alive(pid: int) -> bool:
