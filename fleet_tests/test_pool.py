@@ -109,6 +109,20 @@ def test_a_worker_is_reused_only_after_a_clean_finish(home, tmp_path):
     assert not tmp.exists()  # emptied, then removed
 
 
+def test_a_reused_worker_still_finds_a_process_its_source_left_behind(home):
+    """A reused worker takes its process group from the end of its last source (nothing was left then, or it
+    would not be reused), not from a new scan; a process the next source leaves is still found and killed."""
+    log = Lines()
+    out, rows = _run(home, "probe", log)
+    first = rows[0]["pid"]
+    out, rows = _run(home, "spawns", log)
+    assert out.status == "ok" and rows[0]["pid"] == first  # the same, reused worker
+    child = rows[0]["child"]
+    assert f"left process {child} (sleep 3600, now killed) running; this worker will not be reused" in str(log)
+    _wait_dead(child)
+    _wait_dead(first)
+
+
 def test_a_warm_worker_dies_with_its_step(home, tmp_path):
     """The step process is SIGKILLed mid-source: the worker, its driver and its Chromium go too, at once."""
     code = ("from pathlib import Path; from fleet.scraping.discovery import discover;"

@@ -97,3 +97,17 @@ class Crashes(Scraper):
         await page.set_content("<p>crash</p>")
         os.kill(os.getpid(), signal.SIGKILL)
         yield {"id": 1}
+
+
+class Spawns(Scraper):
+    """Returns a row but leaves a child process running (its pid in the row)."""
+
+    name = "spawns"
+    schema = {"id": pl.Int64, "pid": pl.Int64, "child": pl.Int64}
+    key = ("id",)
+    timeout_s = 60
+
+    async def scrape(self, page, ctx):
+        import subprocess
+        child = subprocess.Popen(["sleep", "3600"])
+        yield {"id": 1, "pid": os.getpid(), "child": child.pid}
