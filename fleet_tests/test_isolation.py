@@ -51,6 +51,10 @@ def test_faulty_sources_cost_only_themselves(fleet_env):
     for name in ("broken_selector", "wrong_type"):
         assert (evidence / name / "screenshot.png").stat().st_size > 1000
         assert "<html" in (evidence / name / "page.html").read_text().lower()
+    # so does the async hang, whose page still waits on a navigation that never answers (stopped first, as the
+    # browser's stop button would: waiting, it answers neither page.content() nor page.screenshot())
+    assert (evidence / "hang_async" / "screenshot.png").read_bytes().startswith(b"\x89PNG")
+    assert "<html" in (evidence / "hang_async" / "page.html").read_text().lower()
 
     # the empty feed's asset check failed, with ERROR severity, and did not block anything
     os.environ["DAGSTER_HOME"] = str(fleet_env.home / "dagster")

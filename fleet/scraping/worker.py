@@ -52,6 +52,22 @@ def _first_line(exc: BaseException) -> str:
     return lines[0] if lines else type(exc).__name__
 
 
+async def _stop_loading(page, log, timeout_s: float) -> None:
+    """Stop the page's pending navigation and loads, as the browser's stop button would (DevTools'
+    ``Page.stopLoading``). A page waiting on a navigation that never answers (a hung site) answers neither
+    ``page.content()`` nor ``page.screenshot()`` until it is stopped; then both show the document it still has.
+    A page that has finished loading is left as it was."""
+    try:
+        cdp = await asyncio.wait_for(page.context.new_cdp_session(page), timeout_s)
+        try:
+            await asyncio.wait_for(cdp.send("Page.stopLoading"), timeout_s)
+        finally:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(cdp.detach(), timeout_s)
+    except Exception as exc:  # evidence is best effort: try the captures anyway
+        log.warning("could not stop the page's loading before saving evidence: %s", _first_line(exc))
+
+
 async def _capture(page, evidence_dir: Path, log, budget_s: float) -> dict:
     """The page's HTML and a full-page screenshot, taken side by side, each within ``budget_s`` (what is left
     before the hard kill, at most 8 s: on a loaded machine a busy browser can take seconds for either)."""
@@ -60,6 +76,9 @@ async def _capture(page, evidence_dir: Path, log, budget_s: float) -> dict:
         return out
     evidence_dir.mkdir(parents=True, exist_ok=True)
     budget_s = max(0.5, min(8.0, budget_s))
+    started = time.monotonic()
+    await _stop_loading(page, log, budget_s / 4)
+    budget_s = max(0.5, budget_s - (time.monotonic() - started))
     html, shot = evidence_dir / "page.html", evidence_dir / "screenshot.png"
 
     async def save_html():
