@@ -53,7 +53,7 @@ def stat_fields(pid: int | str) -> list[str] | None:
         return None
     finally:
         os.close(fd)
-    head, paren, rest = data.rpartition(b")")
+    _, paren, rest = data.rpartition(b")")
     return rest.decode("ascii", "replace").split() if paren else None
 
 
