@@ -63,8 +63,8 @@ from pathlib import Path
 from fleet.config import browser_startup_s, worker_idle_s, worker_max_sources
 from fleet.errors import FleetError
 from fleet.scraping import zygote
-from fleet.scraping.procs import (alive, descendants, group_members, kill_pids, kill_tree, private_tmp, sweep_tmp,
-                                  tmp_base, unix_address)
+from fleet.scraping.procs import (alive, descendants, group_and_descendants, kill_pids, kill_tree, private_tmp,
+                                  sweep_tmp, tmp_base, unix_address)
 
 GREETING = "fleet-worker"
 DONE = "\x1efleet-worker-done"
@@ -452,14 +452,21 @@ def _playwright_task(task: asyncio.Task) -> bool:
     return code is not None and f"{os.sep}playwright{os.sep}" in code.co_filename
 
 
-def _left_behind(tasks_before: set, threads_before: set, processes_before: set) -> tuple[list[str], set[int]]:
+def _left_behind(tasks_before: set, threads_before: set,
+                 processes_before: dict[int, int]) -> tuple[list[str], dict[int, int]]:
     """Tasks, threads and processes a scraper started and did not finish: a reason not to reuse this process.
-    The tasks are cancelled and the processes killed (the processes of this worker's group: a scraper's children
-    are in it, Playwright's driver too, from before the source; Chromium has a group of its own). Also returns
-    the group's members as found: when nothing was left behind, they are the next source's ``processes_before``."""
+    The tasks are cancelled and the processes killed. The processes are this worker's group and descendants
+    (``procs.group_and_descendants``, pid -> process group) that were not there before the source: a scraper's
+    children are in the group, or in a session of their own if it started them so (``start_new_session``), and
+    are descendants either way. A new process in a group that was there before, other than the worker's, is
+    not the scraper's: a browser of the worker's own starts renderers in Chromium's group. Also returns what
+    it found: when nothing was left behind, that is the next source's ``processes_before``."""
     current = asyncio.current_task()
-    members = set(group_members(os.getpid()))
-    processes = [pid for pid in members if pid != os.getpid() and pid not in processes_before]
+    me = os.getpid()
+    found = group_and_descendants(me)
+    groups_before = set(processes_before.values()) - {me}
+    processes = [pid for pid, group in found.items()
+                 if pid != me and pid not in processes_before and (group == me or group not in groups_before)]
     names = {pid: _command(pid) for pid in processes}
     kill_pids(processes)
     tasks = [t for t in asyncio.all_tasks() if t is not current and t not in tasks_before and not t.done()
@@ -469,7 +476,7 @@ def _left_behind(tasks_before: set, threads_before: set, processes_before: set) 
     threads = [t for t in threading.enumerate()
                if t not in threads_before and not t.name.startswith("asyncio_") and t.is_alive()]
     return ([f"task {t.get_name()}" for t in tasks] + [f"thread {t.name}" for t in threads]
-            + [f"process {pid} ({names[pid]}, now killed)" for pid in processes]), members
+            + [f"process {pid} ({names[pid]}, now killed)" for pid in processes]), found
 
 
 def _command(pid: int) -> str:
@@ -481,11 +488,12 @@ def _command(pid: int) -> str:
 
 
 async def _serve_one(conn: socket.socket, browser, served: int, cap: int, directory: Path, wid: str,
-                     group: set[int] | None = None) -> tuple[bool, set[int] | None]:
-    """One source on one connection: whether this worker may take another, and its process group's members
-    after this source (None if not known). ``group`` is that of the source before, if this worker served one:
-    a worker is reused only when its source left no process behind, so its group is unchanged since, and one
-    scan of /proc per source does (each reads every process's stat: ~2-5 ms at a week's 70-150 processes)."""
+                     group: dict[int, int] | None = None) -> tuple[bool, dict[int, int] | None]:
+    """One source on one connection: whether this worker may take another, and its process group and
+    descendants after this source (None if not known). ``group`` is that of the source before, if this worker
+    served one: a worker is reused only when its source left no process behind, so that is unchanged since,
+    and one scan of /proc per source does (each reads every process's stat: ~2-5 ms at a week's 70-150
+    processes)."""
     from fleet.scraping import worker
     from fleet.scraping.discovery import module_name_for
 
@@ -526,7 +534,7 @@ async def _serve_one(conn: socket.socket, browser, served: int, cap: int, direct
             _abort(directory, wid)
 
     tasks_before, threads_before = set(asyncio.all_tasks()), set(threading.enumerate())
-    processes_before = group if group is not None else set(group_members(os.getpid()))
+    processes_before = group if group is not None else group_and_descendants(os.getpid())
     loop.add_reader(conn.fileno(), lifeline)
     stays = False
     try:

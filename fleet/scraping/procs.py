@@ -101,6 +101,30 @@ def group_members(pgid: int) -> list[int]:
     return out
 
 
+def group_and_descendants(pid: int) -> dict[int, int]:
+    """The live processes (zombies excluded) of ``pid``'s process group and its live descendants, each with its
+    process group id, from one scan of /proc. A descendant that left the group (``setsid``,
+    ``start_new_session``) is still a descendant while its parent lives."""
+    procs: dict[int, tuple[int, int, bool]] = {}  # pid -> (parent, group, alive)
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            fields = stat_fields(entry)
+            try:
+                parent, group = int(fields[1]), int(fields[2])
+            except (TypeError, IndexError, ValueError):
+                continue
+            procs[int(entry)] = (parent, group, fields[0] != "Z")
+            children.setdefault(parent, []).append(int(entry))
+    found = {p for p, (_, group, _) in procs.items() if group == pid}
+    todo = [pid]
+    while todo:
+        for child in children.get(todo.pop(), ()):  # the parent links form a tree: each is walked once
+            found.add(child)
+            todo.append(child)
+    return {p: procs[p][1] for p in found if procs[p][2]}
+
+
 def kill_pids(pids) -> None:
     for pid in pids:
         try:

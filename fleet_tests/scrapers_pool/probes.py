@@ -100,14 +100,16 @@ class Crashes(Scraper):
 
 
 class Spawns(Scraper):
-    """Returns a row but leaves a child process running (its pid in the row)."""
+    """Returns a row but leaves two child processes running: one in its worker's process group, one in a session
+    of its own (their pids in the row)."""
 
     name = "spawns"
-    schema = {"id": pl.Int64, "pid": pl.Int64, "child": pl.Int64}
+    schema = {"id": pl.Int64, "pid": pl.Int64, "child": pl.Int64, "detached": pl.Int64}
     key = ("id",)
     timeout_s = 60
 
     async def scrape(self, page, ctx):
         import subprocess
         child = subprocess.Popen(["sleep", "3600"])
-        yield {"id": 1, "pid": os.getpid(), "child": child.pid}
+        detached = subprocess.Popen(["sleep", "3601"], start_new_session=True)
+        yield {"id": 1, "pid": os.getpid(), "child": child.pid, "detached": detached.pid}
