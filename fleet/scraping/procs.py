@@ -69,60 +69,50 @@ def alive(pid: int) -> bool:
     return fields is not None and fields[0] != "Z"
 
 
-def descendants(pid: int) -> list[int]:
-    """Every live descendant of ``pid``, read from /proc (children first found, then theirs)."""
-    children: dict[int, list[int]] = {}
+def _processes() -> dict[int, tuple[str, int, int]]:
+    """Every process now, from one scan of /proc: pid -> (state, parent's pid, process group)."""
+    out = {}
     for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        fields = stat_fields(entry)
-        try:
-            ppid = int(fields[1])
-        except (TypeError, IndexError, ValueError):
-            continue
-        children.setdefault(ppid, []).append(int(entry))
+        if entry.isdigit():
+            fields = stat_fields(entry)
+            try:
+                out[int(entry)] = (fields[0], int(fields[1]), int(fields[2]))
+            except (TypeError, IndexError, ValueError):
+                continue
+    return out
+
+
+def _descendants_in(processes: dict[int, tuple[str, int, int]], pid: int) -> list[int]:
+    """``pid``'s descendants in a :func:`_processes` table (children first found, then theirs)."""
+    children: dict[int, list[int]] = {}
+    for p, (_, parent, _) in processes.items():
+        children.setdefault(parent, []).append(p)
     out, todo = [], [pid]
     while todo:
-        p = todo.pop()
-        for c in children.get(p, []):
+        for c in children.get(todo.pop(), []):  # the parent links form a tree: each is walked once
             out.append(c)
             todo.append(c)
     return out
 
 
+def descendants(pid: int) -> list[int]:
+    """Every live descendant of ``pid``, read from /proc (children first found, then theirs)."""
+    return _descendants_in(_processes(), pid)
+
+
 def group_members(pgid: int) -> list[int]:
     """The live processes of process group ``pgid`` (zombies excluded), read from /proc."""
-    out = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            fields = stat_fields(entry)
-            if fields is not None and len(fields) > 2 and fields[2] == str(pgid) and fields[0] != "Z":
-                out.append(int(entry))
-    return out
+    return [p for p, (state, _, group) in _processes().items() if group == pgid and state != "Z"]
 
 
 def group_and_descendants(pid: int) -> dict[int, int]:
     """The live processes (zombies excluded) of ``pid``'s process group and its live descendants, each with its
     process group id, from one scan of /proc. A descendant that left the group (``setsid``,
     ``start_new_session``) is still a descendant while its parent lives."""
-    procs: dict[int, tuple[int, int, bool]] = {}  # pid -> (parent, group, alive)
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            fields = stat_fields(entry)
-            try:
-                parent, group = int(fields[1]), int(fields[2])
-            except (TypeError, IndexError, ValueError):
-                continue
-            procs[int(entry)] = (parent, group, fields[0] != "Z")
-            children.setdefault(parent, []).append(int(entry))
-    found = {p for p, (_, group, _) in procs.items() if group == pid}
-    todo = [pid]
-    while todo:
-        for child in children.get(todo.pop(), ()):  # the parent links form a tree: each is walked once
-            found.add(child)
-            todo.append(child)
-    return {p: procs[p][1] for p in found if procs[p][2]}
+    processes = _processes()
+    found = {p for p, (_, _, group) in processes.items() if group == pid}
+    found.update(_descendants_in(processes, pid))
+    return {p: processes[p][2] for p in found if processes[p][0] != "Z"}
 
 
 def kill_pids(pids) -> None:
