@@ -81,11 +81,14 @@ def make_plan_build(original):
 
     def build(job_def, resolved_run_config, step_keys_to_execute=None, known_state=None, instance_ref=None,
               tags=None, repository_load_data=None):
+        def dagster_build():
+            return original(job_def, resolved_run_config, step_keys_to_execute=step_keys_to_execute,
+                            known_state=known_state, instance_ref=instance_ref, tags=tags,
+                            repository_load_data=repository_load_data)
+
         if (instance_ref is not None or tags or repository_load_data is not None
                 or (known_state is not None and known_state.dynamic_mappings)):
-            return original(job_def, resolved_run_config, step_keys_to_execute=step_keys_to_execute,
-                             known_state=known_state, instance_ref=instance_ref, tags=tags,
-                             repository_load_data=repository_load_data)
+            return dagster_build()
         cache_key = (id(job_def), id(resolved_run_config))
         hit = _plans.get(cache_key)
         if hit is None or hit[0] is not job_def or hit[1] is not resolved_run_config:
@@ -94,8 +97,7 @@ def make_plan_build(original):
             _remember(_plans, cache_key, hit)
         full = hit[2]
         if full is None:  # dynamic outputs: the plan depends on the known state, so Dagster builds each
-            return original(job_def, resolved_run_config, step_keys_to_execute=step_keys_to_execute,
-                            known_state=known_state)
+            return dagster_build()
         plan = full if known_state is None else full._replace(known_state=known_state)
         if step_keys_to_execute is not None and list(step_keys_to_execute) != plan.step_keys_to_execute:
             plan = plan.build_subset_plan(step_keys_to_execute, job_def, resolved_run_config)
