@@ -69,6 +69,11 @@ def worker_max_sources() -> int:
     return env_number("FLEET_WORKER_MAX_SOURCES", 50, int, minimum=1)
 
 
+def step_reuse() -> int:
+    """Steps a step process runs, one after another, before it exits (fleet/defs/stephosts.py); 1: one each."""
+    return env_number("FLEET_STEP_REUSE", 20, int, minimum=1)
+
+
 def browser_startup_s() -> float:
     return env_number("FLEET_BROWSER_STARTUP_S", 90.0, minimum=1)
 
@@ -168,7 +173,7 @@ def settings() -> Settings:
     browser = env_choice("FLEET_BROWSER", "shared", ("shared", "own"))
     workers = env_choice("FLEET_WORKERS", "warm", ("warm", "fresh"))
     max_parallel = _int("FLEET_MAX_PARALLEL", 10, minimum=1)
-    for check in (worker_idle_s, worker_max_sources, browser_startup_s, browser_idle_s, worker_start):
+    for check in (worker_idle_s, worker_max_sources, step_reuse, browser_startup_s, browser_idle_s, worker_start):
         check()
     webhook = os.environ.get("FLEET_ALERT_WEBHOOK", "").strip()
     if webhook and not webhook.lower().startswith(("http://", "https://")):  # else every alert's POST would fail

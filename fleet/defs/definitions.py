@@ -7,7 +7,7 @@ from dagster import AssetSelection, Definitions, define_asset_job, in_process_ex
 
 from fleet.config import scraper_dirs, settings
 from fleet.defs import executor as executor_patch
-from fleet.defs import runconfig
+from fleet.defs import runconfig, stephosts
 from fleet.defs.assets import PUBLISH_GROUP, RAW_GROUP, crash_retry_policy, partitions, publish_assets, raw_assets
 from fleet.defs.automation import build_automation
 from fleet.scraping.discovery import discover
@@ -20,6 +20,7 @@ FORKSERVER_PRELOAD = ("fleet.defs.warm",)
 def build_defs() -> Definitions:
     executor_patch.install()  # the run process reads its steps' events without idle waits (fleet/defs/executor.py)
     runconfig.install()  # a process resolves a job's run config once (fleet/defs/runconfig.py)
+    stephosts.install()  # a step process that ends cleanly runs the next step (fleet/defs/stephosts.py)
     s = settings()
     sources = discover(scraper_dirs())
     parts = partitions()

@@ -137,6 +137,7 @@ def recording_worker(executor_def):
     does, right after the run's RUN_START; the launcher's check allows a run that long without the tag."""
     from dagster import ExecutorDefinition
 
+    from fleet.defs import stephosts
     from fleet.defs.launcher import record_run_worker
 
     create = executor_def.executor_creation_fn
@@ -147,7 +148,11 @@ def recording_worker(executor_def):
 
         def execute_recorded(plan_context, execution_plan):
             record_run_worker(plan_context.instance, plan_context.run_id)
-            yield from execute(plan_context, execution_plan)
+            stephosts.open_run()  # its steps may run in step hosts until it is done (fleet/defs/stephosts.py)
+            try:
+                yield from execute(plan_context, execution_plan)
+            finally:
+                stephosts.close_run()
 
         executor.execute = execute_recorded
         return executor

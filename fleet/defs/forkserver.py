@@ -9,8 +9,9 @@ the week's first step waited for the slower of the two.
 :func:`fork_server` instead warms the calling process (``fleet.defs.warm``), forks it, and runs Python's own
 forkserver loop (``multiprocessing.forkserver.main``) in the child, with nothing left to preload. The
 parent records the server exactly as ``ForkServer.ensure_running`` would, so the executor finds it running
-and sends it its steps. What a step is and does is unchanged: it is still a fresh fork of one warm server,
-and it still unpickles its own process object and builds its own instance from the run's ref.
+and sends it its steps. What a step process is and does is unchanged: it is still a fork of one warm server,
+which unpickles its own process object and takes its instance (fleet/defs/stepinstance.py); since 2026-12-05
+it may go on to run the run's next steps (fleet/defs/stephosts.py).
 
 It forks only a single-threaded process (a fork keeps only the calling thread, and any lock another thread
 held would stay locked in the copy). Anything else, or any error, leaves the caller on Python's own start.

@@ -12,12 +12,15 @@ forkserver, or Dagster's forkserver as it preloads ``fleet.defs.warm``), and :fu
 ``from_ref`` hand that instance to the first call in each forked process whose ref equals the one it was built
 from. Each step gets a pristine copy: the instance is never used in the process that built it, and a fork
 copies it as it was. Any other call builds an instance as before: a second call in the same step, a different
-ref (another ``DAGSTER_HOME``), and every call in the building process itself.
+ref (another ``DAGSTER_HOME``), and every call in the building process itself. A step host, a step process that
+runs one step after another (fleet/defs/stephosts.py), calls :func:`keep`: each of its steps takes the same
+instance, as the steps of Dagster's in-process executor share one, and none disposes it, so the event log's
+connection serves the host's next step too.
 
 What makes the copy safe to use in a forked process: Dagster's sqlite run and schedule storages open a new
 connection for every operation, and fleet's event log opens its own connections in a forked process and leaves
 the inherited ones untouched (fleet/defs/storage.py). The step disposes the instance when it is done, as it
-disposes the one it builds. It is one more of fleet's patches of a library's internals (the others are in
+disposes the one it builds (not in a step host, where the process's exit does). It is one more of fleet's patches of a library's internals (the others are in
 fleet/defs/warm.py, executor.py and runconfig.py); if Dagster moves ``from_ref``, steps build their own
 instance again.
 """
@@ -60,7 +63,24 @@ def _take(instance_ref):
         same = instance_ref == _built["ref"]
     except Exception:  # noqa: BLE001  (a ref that does not compare is simply not this one)
         same = False
-    return _built.pop("instance") if same else None
+    if not same:
+        return None
+    if _built.get("keep"):  # a step host: every step of this process takes the same instance, left open
+        instance = _built["instance"]
+        instance.dispose = _kept_open  # the step's ``with`` disposes what it took; this one outlives the step
+        return instance
+    return _built.pop("instance")
+
+
+def _kept_open() -> None:
+    """``dispose`` of an instance a step host keeps for its next step: nothing until the process exits."""
+
+
+def keep() -> None:
+    """This forked process runs one step after another (a step host, fleet/defs/stephosts.py): each of its
+    steps takes the prebuilt instance, and none disposes it, so its connections serve the next step too."""
+    if _built.get("pid") != os.getpid():
+        _built["keep"] = True
 
 
 def prebuild() -> bool:
