@@ -6,6 +6,7 @@ import shutil
 import textwrap
 
 import pytest
+from dagster._core.executor.child_process_executor import ChildProcessCommand
 
 from fleet.defs import stephosts
 from fleet_tests.conftest import ROOT, WEEK, run_fleet
@@ -195,3 +196,52 @@ def test_a_commands_termination_event_goes_to_a_running_host_but_no_descriptor_d
         stephosts._dumps({"conn": r})
     r.close()
     w.close()
+
+
+class EchoCommand(ChildProcessCommand):
+    """Yields its pid twice, raising in between when asked to."""
+
+    def __init__(self, n, boom=False):
+        self.n, self.boom = n, boom
+
+    def execute(self):
+        yield ("pid", os.getpid(), self.n)
+        if self.boom:
+            raise ValueError(f"boom {self.n}")
+        yield ("pid", os.getpid(), self.n + 1)
+
+
+def test_a_real_host_runs_commands_one_after_another_and_exits_when_its_pipe_closes():
+    """A host process (a forkserver child, as the executor starts it) runs each command it is sent with Dagster's
+    own wrapper, in order, in the same process; a command that raises, or that cannot be read, is reported on the
+    queue as a system error, and the host exits cleanly once the pipe closes (or after a command it cannot read)."""
+    import multiprocessing
+
+    from dagster._core.executor.child_process_executor import (ChildProcessDoneEvent, ChildProcessStartEvent,
+                                                               ChildProcessSystemErrorEvent)
+
+    def events(host):
+        got = []
+        while not got or not isinstance(got[-1], (ChildProcessDoneEvent, ChildProcessSystemErrorEvent)):
+            got.append(host.queue.get(timeout=60))
+        return got
+
+    host = stephosts.Host(multiprocessing.get_context("forkserver"), max_steps=5)
+    try:
+        host.send(EchoCommand(1))
+        host.send(EchoCommand(10))  # queued behind the first: a host runs one at a time
+        first, second = events(host), events(host)
+        pid = host.process.pid
+        assert [type(e) for e in first] == [ChildProcessStartEvent, tuple, tuple, ChildProcessDoneEvent]
+        assert first[1:3] == [("pid", pid, 1), ("pid", pid, 2)] and second[1:3] == [("pid", pid, 10), ("pid", pid, 11)]
+        host.send(EchoCommand(20, boom=True))
+        third = events(host)
+        assert third[1] == ("pid", pid, 20) and isinstance(third[-1], ChildProcessSystemErrorEvent)
+        assert "boom 20" in third[-1].error_info.message
+        assert host.steps == 3 and host.reusable()
+        host.commands.send_bytes(b"not a command")  # reported as that step's error; the host then exits
+        assert isinstance(host.queue.get(timeout=60), ChildProcessSystemErrorEvent)
+    finally:
+        host.retire()
+        host.process.join(30)
+    assert host.process.exitcode == 0

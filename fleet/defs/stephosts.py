@@ -102,7 +102,12 @@ class Host:
 def host_main(commands, event_queue) -> None:
     """A host's loop: each command is one step, run by Dagster's own wrapper (its start, its events, its end on
     the queue), until the run process closes the pipe."""
-    from dagster._core.executor.child_process_executor import _execute_command_in_child_process
+    import sys
+    from multiprocessing import reduction
+
+    from dagster._core.executor.child_process_executor import (ChildProcessSystemErrorEvent,
+                                                               _execute_command_in_child_process)
+    from dagster._utils.error import serializable_error_info_from_exc_info
 
     from fleet.defs import stepinstance
 
@@ -112,10 +117,15 @@ def host_main(commands, event_queue) -> None:
             payload = commands.recv_bytes()
         except (EOFError, OSError, KeyboardInterrupt):  # the run process is done with this host, or gone
             return
-        from multiprocessing import reduction
-
-        _execute_command_in_child_process(event_queue, reduction.ForkingPickler.loads(payload))
+        try:
+            command = reduction.ForkingPickler.loads(payload)
+        except Exception:  # noqa: BLE001  (reported as the step's error, as a new process would report it)
+            error = serializable_error_info_from_exc_info(sys.exc_info())
+            event_queue.put(ChildProcessSystemErrorEvent(pid=os.getpid(), error_info=error))
+            return
         del payload
+        _execute_command_in_child_process(event_queue, command)
+        del command
 
 
 def _usable(ctx) -> bool:
