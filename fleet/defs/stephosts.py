@@ -5,9 +5,9 @@ fork of the forkserver, which has fleet's definitions, Dagster and Playwright lo
 forked step pays for being new: it copies every page of the inherited heap it touches (Python writes
 reference counts, ~7,700 page faults at ~3 us each on the 2-core machine of BENCHMARKS.md), builds its
 Dagster instance, opens its event log connection and fills SQLAlchemy's statement cache, then exits and
-returns it all. Measured with process-time hooks on 40 zero-page sources: a step's execution used 155 ms of
-CPU (114 user, 41 system); the same command executed again in the same process used 88 ms (78 user, 10 system,
-430 page faults), before the instance and the connection were kept as well.
+returns it all. Measured with ``getrusage`` around each step's execution, 40 zero-page sources: 155 ms of CPU
+(114 user, 41 system); the same command executed again in the same process used 88 ms (78 user, 10 system, 430
+page faults), and 71 ms once the host also kept its instance and connection (BENCHMARKS.md).
 
 So a process that ran a step here goes on to run the next one Dagster launches, up to ``FLEET_STEP_REUSE``
 steps (20 by default; 1 = a new process for every step, Dagster's own way). The guarantees of one process per
@@ -27,10 +27,10 @@ step hold because a host runs one step at a time and is reused only after a clea
 A host is a forkserver child, started as Dagster starts a step (``ctx.Process``) with a pipe it reads
 commands from and a queue it puts every step's events on; Dagster's loop reads that queue through
 :func:`execute_child_process_command` exactly as it reads a new process's queue. It exits when the pipe
-closes: at the end of the executor's run (:func:`close`, called by fleet's executor wrapper), or when the run
-process exits. It is fleet's fourth patch of Dagster's internals (the others: fleet/defs/warm.py, executor.py
-and stepinstance.py); it applies only inside a run of fleet's executor, with the forkserver start method, and
-falls back to Dagster's own function otherwise.
+closes: at the end of the executor's run (:func:`close_run`, called by fleet's executor wrapper), or when the
+run process exits. It is one more of fleet's patches of Dagster's internals (the others are in
+fleet/defs/warm.py, executor.py, stepinstance.py and runconfig.py); it applies only inside a run of fleet's
+executor, with the forkserver start method, and falls back to Dagster's own function otherwise.
 """
 from __future__ import annotations
 
@@ -191,21 +191,13 @@ def open_run() -> None:
         _open_runs["count"] += 1
 
 
-def close_run() -> None:
-    """The executor is done with its plan: once no run is open, idle hosts exit."""
+def close_run(every: bool = False) -> None:
+    """The executor is done with its plan (``every``: the process is exiting, before multiprocessing joins its
+    children): once no run is open, idle hosts exit."""
     with _lock:
-        _open_runs["count"] = max(0, _open_runs["count"] - 1)
+        _open_runs["count"] = 0 if every else max(0, _open_runs["count"] - 1)
         if _open_runs["count"]:
             return
-        idle = list(_idle)
-        _idle.clear()
-    for host in idle:
-        host.retire()
-
-
-def _close_all() -> None:  # at the run process's exit, before multiprocessing joins its children
-    with _lock:
-        _open_runs["count"] = 0
         idle = list(_idle)
         _idle.clear()
     for host in idle:
@@ -230,5 +222,5 @@ def install() -> bool:
     _original["execute_child_process_command"] = current
     execute_child_process_command._fleet_hosts = True
     multiprocess.execute_child_process_command = execute_child_process_command
-    atexit.register(_close_all)
+    atexit.register(close_run, every=True)
     return True

@@ -20,9 +20,9 @@ connection serves the host's next step too.
 What makes the copy safe to use in a forked process: Dagster's sqlite run and schedule storages open a new
 connection for every operation, and fleet's event log opens its own connections in a forked process and leaves
 the inherited ones untouched (fleet/defs/storage.py). The step disposes the instance when it is done, as it
-disposes the one it builds (not in a step host, where the process's exit does). It is one more of fleet's patches of a library's internals (the others are in
-fleet/defs/warm.py, executor.py and runconfig.py); if Dagster moves ``from_ref``, steps build their own
-instance again.
+disposes the one it builds (in a step host, the process's exit does). It is one more of fleet's patches of a
+library's internals (the others are in fleet/defs/warm.py, executor.py, runconfig.py and stephosts.py); if
+Dagster moves ``from_ref``, steps build their own instance again.
 """
 from __future__ import annotations
 
