@@ -249,9 +249,9 @@ def run_source(source: Source, week: str, *, store: ArtifactStore, run_id: str, 
                 except FleetError as exc:  # a browser of its own is slower, not wrong
                     log_line(f"[run {run_id}] [{source.name}] no shared browser ({exc}); launching one for this source")
                     browser_dir, shared = None, False
-            spec_path.write_text(json.dumps(spec))
-            started = time.monotonic()
             try:
+                spec_path.write_text(json.dumps(spec))
+                started = time.monotonic()
                 proc = start_worker(spec_path)
             except BaseException:
                 if browser_dir is not None:
@@ -263,82 +263,90 @@ def run_source(source: Source, week: str, *, store: ArtifactStore, run_id: str, 
             log_line(f"[run {run_id}] [{source.name}] {result['error']}")
             return _finish(source, week, store, run_id, attempt, deep, work, result, 0.0)
 
-        log_line(f"[run {run_id}] [{source.name}] worker {proc.pid} started "
-                 f"({how}, {'context in the shared browser' if shared else 'browser of its own'}; limit {timeout:g}s)")
-        watched = shared_browser.chromium_pid(s.browser_dir) if shared else None  # the one its worker is on
-
-        output_path = work / f"output-{attempt}.log"
-
-        def pump():
-            # Each line becomes an event in the run's log (~1 ms each, and the worker waits on its pipe meanwhile):
-            # a scraper printing 20,000 lines used up 18 s of its 20 s limit. Past MAX_LOG_LINES, or
-            # MAX_LINE_CHARS, the attempt's output goes whole to a file next to its rows instead.
-            shown, overflow = 0, None
-            try:
-                for line in proc.stderr:
-                    line = line.rstrip()
-                    if not line:
-                        continue
-                    if shown >= MAX_LOG_LINES or len(line) > MAX_LINE_CHARS:
-                        if overflow is None:
-                            overflow = open(output_path, "a", encoding="utf-8", errors="replace")
-                        overflow.write(line + "\n")
-                        if shown >= MAX_LOG_LINES:
-                            continue
-                        line = f"{line[:MAX_LINE_CHARS]} ... ({len(line) - MAX_LINE_CHARS} more characters in {output_path})"
-                    shown += 1
-                    log_line(line if line.startswith("[run ") else f"[run {run_id}] [{source.name}] {line}")
-                    if shown == MAX_LOG_LINES:
-                        log_line(f"[run {run_id}] [{source.name}] {MAX_LOG_LINES} lines of output logged; the rest of "
-                                 f"this attempt's output goes to {output_path}")
-            finally:
-                if overflow is not None:
-                    overflow.close()
-
-        pump_thread = threading.Thread(target=pump, daemon=True)
-        pump_thread.start()
-        timed_out = startup_failed = False
-        ready_path = Path(spec["ready_path"])
-        ready_at = None
         try:
-            # The limit runs from the moment the browser is up; start-up itself has its own, generous limit.
-            while proc.poll() is None:
-                now = time.monotonic()
-                if ready_at is None and ready_path.exists():
-                    ready_at = now
-                if ready_at is None and now - started > startup_limit:
-                    startup_failed = True
-                    break
-                if ready_at is not None and now - ready_at > timeout:
-                    timed_out = True
-                    dump_stack(proc, Path(spec["stack_path"]))  # what it is stuck in, before it is killed
-                    break
-                # Until the worker is ready, look for its ready file every 50 ms; after that, nothing is left to
-                # watch but its end and the limit, so wait for whichever comes first (a lease's wait ends the
-                # moment its worker reports): a step made ~200 of these passes for a 10 s source, 20 ms of CPU.
-                wait_s = READY_POLL_S if ready_at is None else min(ready_at + timeout - now + 0.01, SUPERVISE_WAIT_S)
+            log_line(f"[run {run_id}] [{source.name}] worker {proc.pid} started "
+                     f"({how}, {'context in the shared browser' if shared else 'browser of its own'}; "
+                     f"limit {timeout:g}s)")
+            watched = shared_browser.chromium_pid(s.browser_dir) if shared else None  # the one its worker is on
+
+            output_path = work / f"output-{attempt}.log"
+
+            def pump():
+                # Each line becomes an event in the run's log (~1 ms each, and the worker waits on its pipe meanwhile):
+                # a scraper printing 20,000 lines used up 18 s of its 20 s limit. Past MAX_LOG_LINES, or
+                # MAX_LINE_CHARS, the attempt's output goes whole to a file next to its rows instead.
+                shown, overflow = 0, None
                 try:
-                    proc.wait(timeout=max(wait_s, 0.01))
-                except subprocess.TimeoutExpired:
-                    pass
-        finally:
-            if proc.poll() is None:
-                kill_worker(proc)
-            # before the lease goes: a shared browser with no lease left may stop when idle, which is no crash
-            watched_gone = watched is not None and not alive(watched)
+                    for line in proc.stderr:
+                        line = line.rstrip()
+                        if not line:
+                            continue
+                        if shown >= MAX_LOG_LINES or len(line) > MAX_LINE_CHARS:
+                            if overflow is None:
+                                overflow = open(output_path, "a", encoding="utf-8", errors="replace")
+                            overflow.write(line + "\n")
+                            if shown >= MAX_LOG_LINES:
+                                continue
+                            line = (f"{line[:MAX_LINE_CHARS]} ... ({len(line) - MAX_LINE_CHARS} more characters "
+                                    f"in {output_path})")
+                        shown += 1
+                        log_line(line if line.startswith("[run ") else f"[run {run_id}] [{source.name}] {line}")
+                        if shown == MAX_LOG_LINES:
+                            log_line(f"[run {run_id}] [{source.name}] {MAX_LOG_LINES} lines of output logged; the "
+                                     f"rest of this attempt's output goes to {output_path}")
+                finally:
+                    if overflow is not None:
+                        overflow.close()
+
+            pump_thread = threading.Thread(target=pump, daemon=True)
+            pump_thread.start()
+            timed_out = startup_failed = False
+            ready_path = Path(spec["ready_path"])
+            ready_at = None
+            try:
+                # The limit runs from the moment the browser is up; start-up itself has its own, generous limit.
+                while proc.poll() is None:
+                    now = time.monotonic()
+                    if ready_at is None and ready_path.exists():
+                        ready_at = now
+                    if ready_at is None and now - started > startup_limit:
+                        startup_failed = True
+                        break
+                    if ready_at is not None and now - ready_at > timeout:
+                        timed_out = True
+                        dump_stack(proc, Path(spec["stack_path"]))  # what it is stuck in, before it is killed
+                        break
+                    # Until the worker is ready, look for its ready file every 50 ms; after that, nothing is left to
+                    # watch but its end and the limit, so wait for whichever comes first (a lease's wait ends the
+                    # moment its worker reports): a step made ~200 of these passes for a 10 s source, 20 ms of CPU.
+                    wait_s = (READY_POLL_S if ready_at is None
+                              else min(ready_at + timeout - now + 0.01, SUPERVISE_WAIT_S))
+                    try:
+                        proc.wait(timeout=max(wait_s, 0.01))
+                    except subprocess.TimeoutExpired:
+                        pass
+            finally:
+                if proc.poll() is None:
+                    kill_worker(proc)
+                # before the lease goes: a shared browser with no lease left may stop when idle, which is no crash
+                watched_gone = watched is not None and not alive(watched)
+                if browser_dir is not None:
+                    shared_browser.release(browser_dir)
+            # the clean-up below is fleet's, not the source's
+            seconds = round(time.monotonic() - (ready_at or started), 3)
+            if not isinstance(proc, pool.Lease):  # reaped by now; a killed one's browser profile is left behind
+                left = group_members(proc.pid)  # its session's group: what a scraper started and left running
+                if left:
+                    kill_pids(left)
+                    log_line(f"[run {run_id}] [{source.name}] the scraper left process(es) {', '.join(map(str, left))} "
+                             f"running after its worker ended; killed")
+                sweep_tmp(Path(spec["tmp_root"]), killed=(proc.pid,))
+            pump_thread.join(timeout=2)
+        finally:  # whatever went wrong on the way, the step gives back what it took: a host runs the next step
+            if isinstance(proc, pool.Lease):
+                proc.release()
             if browser_dir is not None:
-                shared_browser.release(browser_dir)
-        seconds = round(time.monotonic() - (ready_at or started), 3)  # the clean-up below is fleet's, not the source's
-        if not isinstance(proc, pool.Lease):  # reaped by now; a killed one's browser profile is left behind
-            left = group_members(proc.pid)  # its session's group: what a scraper started and left running
-            if left:
-                kill_pids(left)
-                log_line(f"[run {run_id}] [{source.name}] the scraper left process(es) {', '.join(map(str, left))} "
-                         f"running after its worker ended; killed")
-            sweep_tmp(Path(spec["tmp_root"]), killed=(proc.pid,))
-        pump_thread.join(timeout=2)
-        if isinstance(proc, pool.Lease):
-            proc.release()
+                shared_browser.release(browser_dir)  # a second unlink of the lease, if the wait above released it
 
     result_path = Path(spec["result_path"])
     result = json.loads(result_path.read_text()) if result_path.exists() else None
