@@ -3,6 +3,7 @@ a crash still costs only the crashed step, and a host never outlives its run. Re
 forkserver processes; the bookkeeping of the run process's side also with fakes."""
 import os
 import shutil
+import signal
 import textwrap
 
 import pytest
@@ -129,14 +130,19 @@ class FakeProcess:
 class FakeHost(stephosts.Host):
     def __init__(self, steps=1, max_steps=3, alive=True):
         self.steps, self.max_steps, self.process, self.retired = steps, max_steps, FakeProcess(alive), False
+        self.ends_after_step = False
 
     def retire(self):
         self.retired = True
+
+    def end_after_step(self):
+        self.ends_after_step = True
 
 
 @pytest.fixture
 def one_open_run(monkeypatch):
     monkeypatch.setattr(stephosts, "_idle", [])
+    monkeypatch.setattr(stephosts, "_busy", set())
     monkeypatch.setattr(stephosts, "_open_runs", {"count": 1})
     return stephosts
 
@@ -150,13 +156,17 @@ def test_a_host_is_reused_only_after_a_clean_end_within_its_budget_and_its_run(o
     hs._give_back(dead, clean=True)
     assert hs._idle == [clean] and not clean.retired
     assert error.retired and spent.retired and dead.retired
-    assert hs._take(ctx=None) is clean and hs._idle == []
+    assert hs._take(ctx=None) is clean and hs._idle == [] and hs._busy == {clean}
     hs._give_back(clean, clean=True)
-    hs.close_run()  # the run is done: idle hosts exit, and a step that ends later is not kept
+    assert hs._busy == set()
+    interrupted = FakeHost()
+    hs._idle.append(interrupted)
+    assert hs._take(ctx=None) is interrupted  # and its step is still running when the executor gives up:
+    hs.close_run()  # the run is done: idle hosts exit, a busy one once its step is done (not waiting for another)
     assert clean.retired and hs._idle == []
-    late = FakeHost()
-    hs._give_back(late, clean=True)
-    assert late.retired
+    assert interrupted.ends_after_step and not interrupted.retired  # its last events can still be read
+    hs._give_back(interrupted, clean=True)  # and a step that ends after the run is not kept
+    assert interrupted.retired and hs._idle == [] and hs._busy == set()
 
 
 def test_outside_a_run_of_fleets_executor_dagster_starts_a_process_per_step(one_open_run, monkeypatch):
@@ -239,6 +249,9 @@ def test_a_real_host_runs_commands_one_after_another_and_exits_when_its_pipe_clo
         assert third[1] == ("pid", pid, 20) and isinstance(third[-1], ChildProcessSystemErrorEvent)
         assert "boom 20" in third[-1].error_info.message
         assert host.steps == 3 and host.reusable()
+        os.kill(pid, signal.SIGINT)  # between steps (Ctrl-C reaches the process group): ignored, not fatal
+        host.send(EchoCommand(30))
+        assert events(host)[1:3] == [("pid", pid, 30), ("pid", pid, 31)]
         host.commands.send_bytes(b"not a command")  # reported as that step's error; the host then exits
         assert isinstance(host.queue.get(timeout=60), ChildProcessSystemErrorEvent)
     finally:

@@ -45,6 +45,7 @@ log = logging.getLogger(__name__)
 
 _lock = threading.Lock()
 _idle: list["Host"] = []
+_busy: set["Host"] = set()  # running a step now
 _open_runs = {"count": 0}
 _original = {}
 
@@ -90,8 +91,15 @@ class Host:
     def reusable(self) -> bool:
         return self.steps < self.max_steps and self.process.is_alive()
 
+    def end_after_step(self) -> None:
+        """The host exits once its step is done (at once, if idle); its events can still be read. Never waits."""
+        try:
+            self.commands.close()
+        except OSError:
+            pass
+
     def retire(self) -> None:
-        """No more steps: the host exits once it is done with what it has (at once, if idle). Never waits."""
+        """No more steps, and no more reading its events: the host exits once it is done. Never waits."""
         for end in (self.commands, self.queue):
             try:
                 end.close()
@@ -102,6 +110,7 @@ class Host:
 def host_main(commands, event_queue) -> None:
     """A host's loop: each command is one step, run by Dagster's own wrapper (its start, its events, its end on
     the queue), until the run process closes the pipe."""
+    import signal
     import sys
     from multiprocessing import reduction
 
@@ -112,6 +121,10 @@ def host_main(commands, event_queue) -> None:
     from fleet.defs import stepinstance
 
     stepinstance.keep()  # the host's steps share one instance: built before the fork, kept open between steps
+    # Between steps, an interrupt (Ctrl-C reaches the whole process group; Dagster's termination thread may
+    # signal a step just as it ends) must not kill the host with the next step already sent to it: a step is
+    # interrupted as before, under Dagster's own handler (``capture_interrupts``), which puts this one back.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     while True:
         try:
             payload = commands.recv_bytes()
@@ -140,13 +153,22 @@ def _take(ctx) -> Host:
         while _idle:
             host = _idle.pop()
             if host.reusable():
+                _busy.add(host)
                 return host
             host.retire()
-    return Host(ctx, step_reuse())
+    return _new(ctx)
+
+
+def _new(ctx) -> Host:
+    host = Host(ctx, step_reuse())
+    with _lock:
+        _busy.add(host)
+    return host
 
 
 def _give_back(host: Host, clean: bool) -> None:
     with _lock:
+        _busy.discard(host)
         if clean and _open_runs["count"] > 0 and host.reusable():
             _idle.append(host)
             return
@@ -165,8 +187,8 @@ def execute_child_process_command(multiprocessing_ctx, command):
     try:
         host.send(command)
     except OSError:  # it died while idle: this step goes to a new one
-        host.retire()
-        host = Host(multiprocessing_ctx, step_reuse())
+        _give_back(host, clean=False)
+        host = _new(multiprocessing_ctx)
         host.send(command)
     clean = False
     try:
@@ -193,15 +215,19 @@ def open_run() -> None:
 
 def close_run(every: bool = False) -> None:
     """The executor is done with its plan (``every``: the process is exiting, before multiprocessing joins its
-    children): once no run is open, idle hosts exit."""
+    children): once no run is open, idle hosts exit, and so does each busy one once its step is done. A host is
+    busy here only if the executor ended with steps in flight (it failed, and interrupted them): without this,
+    such a host would wait for a next step for ever, and the process's exit would wait for the host."""
     with _lock:
         _open_runs["count"] = 0 if every else max(0, _open_runs["count"] - 1)
         if _open_runs["count"]:
             return
-        idle = list(_idle)
+        idle, busy = list(_idle), list(_busy)
         _idle.clear()
     for host in idle:
         host.retire()
+    for host in busy:
+        host.end_after_step()
 
 
 def install() -> bool:
