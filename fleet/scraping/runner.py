@@ -332,6 +332,7 @@ def run_source(source: Source, week: str, *, store: ArtifactStore, run_id: str, 
                 watched_gone = watched is not None and not alive(watched)
                 if browser_dir is not None:
                     shared_browser.release(browser_dir)
+                    browser_dir = None  # given back: the finally below has nothing left to give
             # the clean-up below is fleet's, not the source's
             seconds = round(time.monotonic() - (ready_at or started), 3)
             if not isinstance(proc, pool.Lease):  # reaped by now; a killed one's browser profile is left behind
@@ -346,7 +347,7 @@ def run_source(source: Source, week: str, *, store: ArtifactStore, run_id: str, 
             if isinstance(proc, pool.Lease):
                 proc.release()
             if browser_dir is not None:
-                shared_browser.release(browser_dir)  # a second unlink of the lease, if the wait above released it
+                shared_browser.release(browser_dir)
 
     result_path = Path(spec["result_path"])
     result = json.loads(result_path.read_text()) if result_path.exists() else None
