@@ -100,11 +100,11 @@ class Host:
 
     def retire(self) -> None:
         """No more steps, and no more reading its events: the host exits once it is done. Never waits."""
-        for end in (self.commands, self.queue):
-            try:
-                end.close()
-            except OSError:
-                pass
+        self.end_after_step()
+        try:
+            self.queue.close()
+        except OSError:
+            pass
 
 
 def host_main(commands, event_queue) -> None:
