@@ -274,7 +274,7 @@ def _step_error(error) -> str:
 def print_alerts(week: str, echo, run_ids: list[str] | None = None) -> None:
     """The week's alerts that the runs ``run_ids`` delivered (each alert is delivered once, by the run that first
     found its problem), as the alert log records them; all of the week's if ``run_ids`` is None."""
-    from fleet import alerts as alerting
+    from fleet.quality import alerts as alerting
 
     mine = alerting.logged(settings().home, week=week, run_ids=run_ids)
     if mine:

@@ -7,8 +7,8 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 
 import pytest
 
-from fleet import alerts as al
-from fleet.checks import CheckOutcome
+from fleet.quality import alerts as al
+from fleet.quality.checks import CheckOutcome
 
 WEEK = "2026-11-16"
 

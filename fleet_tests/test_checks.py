@@ -4,7 +4,7 @@ import datetime as dt
 import polars as pl
 import pytest
 
-from fleet import checks
+from fleet.quality import checks
 from fleet.storage import store as keys
 from fleet.storage.store import LocalArtifactStore
 

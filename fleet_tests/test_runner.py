@@ -262,7 +262,7 @@ def test_the_status_of_an_attempt_is_that_of_the_weeks_merged_rows(home, tmp_pat
 def test_a_failed_refresh_keeps_the_weeks_good_rows_in_consolidation(home, tmp_path, monkeypatch):
     """The week was scraped (2 rows); `--refresh` scrapes it again and the source fails now. Its outcome is the
     failure, but its stored rows stay in the consolidated week (listed as kept), so the next raw commit keeps them."""
-    from fleet.storage.consolidate import consolidate
+    from fleet.transform.consolidate import consolidate
 
     src = scraper(tmp_path, "flips", """
         if os.environ.get("FLIPS_FAIL"):
@@ -284,13 +284,13 @@ def test_a_failed_refresh_keeps_the_weeks_good_rows_in_consolidation(home, tmp_p
     rows = pl.read_parquet(store.path(WEEK, keys.CONSOLIDATED_KEY))
     assert rows["source"].to_list() == ["flips", "flips"] and rows["id"].to_list() == [1, 2]
     # the week's checks count them as the consolidation does: the source is not missing from the week's data
-    from fleet.checks import week_checks
+    from fleet.quality.checks import week_checks
     missing = next(c for c in week_checks(store, WEEK, ["flips"]) if c["check"] == "missing")
     assert missing["passed"] and missing["message"] == "present: 2 rows", missing
 
 
 def test_consolidation_fsyncs_its_file_before_renaming_it_into_place(tmp_path, monkeypatch):
-    from fleet.storage import consolidate as cons
+    from fleet.transform import consolidate as cons
 
     store = LocalArtifactStore(tmp_path / "artifacts")
     store.write_parquet(WEEK, keys.raw_key("a"), pl.DataFrame({"id": [1, 2]}))

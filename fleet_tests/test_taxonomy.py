@@ -190,7 +190,7 @@ DEAD_RUN_SCRIPT = textwrap.dedent("""
     from fleet.policy import taxonomy as tx
     from fleet.policy.status import week_status
     from fleet.storage import store as keys
-    from fleet.storage.consolidate import consolidate
+    from fleet.transform.consolidate import consolidate
 
     WEEK = "%s"
     if __name__ == "__main__":

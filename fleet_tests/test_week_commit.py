@@ -86,7 +86,7 @@ def test_post_processing_the_same_rows_twice_gives_the_same_file(week_env, tmp_p
     """A stable sort by source: rows keep their order within a source, so the file's bytes (what the commit
     compares) do not change from run to run. With an unstable sort, 200k rows a source gave two different files
     in three runs."""
-    from fleet.storage.consolidate import post_process
+    from fleet.transform.postprocess import post_process
 
     s, store, remote = week_env
     n = 200_000

@@ -10,14 +10,15 @@ from dagster import (
     MaterializeResult, MetadataValue, RetryPolicy, WeeklyPartitionsDefinition, asset,
 )
 
-from fleet import alerts as alerting
-from fleet import checks as qc
+from fleet.quality import alerts as alerting
+from fleet.quality import checks as qc
 from fleet.config import settings
 from fleet.policy import taxonomy as tx
 from fleet.scraping.discovery import Source
 from fleet.scraping.runner import run_source
 from fleet.storage import store as keys
-from fleet.storage.consolidate import consolidate, post_process
+from fleet.transform.consolidate import consolidate
+from fleet.transform.postprocess import post_process
 from fleet.storage.store import LocalArtifactStore
 
 RAW_GROUP = "raw"

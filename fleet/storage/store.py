@@ -135,7 +135,7 @@ def consolidated_outcome(store: "ArtifactStore", week: str, source: str) -> tupl
     """The outcome whose stored rows consolidation takes for ``source``'s week, and whether it is kept from an
     earlier attempt: the latest outcome if usable, else, when the latest attempt failed after an earlier one
     stored rows (a failed ``--refresh``), that attempt's (``good_outcome_key``); ``(None, False)`` when there
-    are none. The one rule for consolidation (fleet/storage/consolidate.py) and the week's checks."""
+    are none. The one rule for consolidation (fleet/transform/consolidate.py) and the week's checks."""
     latest = usable_outcome(store, week, source)
     if latest is not None:
         return latest, False

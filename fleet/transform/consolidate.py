@@ -1,4 +1,4 @@
-"""Consolidation and post-processing over stored artifacts (polars, lazy, streamed to disk)."""
+"""Consolidation: every successful source's stored raw rows for a week in one file (polars, lazy, streamed to disk)."""
 from __future__ import annotations
 
 import os
@@ -11,7 +11,7 @@ from fleet.storage import store as keys
 from fleet.storage.store import ArtifactStore
 
 
-def _sink(lf: pl.LazyFrame, target: Path) -> None:
+def sink_parquet(lf: pl.LazyFrame, target: Path) -> None:
     target.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
     os.close(fd)
@@ -61,29 +61,6 @@ def consolidate(store: ArtifactStore, week: str, sources: list[str]) -> dict:
         return summary
     lf = pl.concat(frames, how="diagonal_relaxed")
     cols = ["source"] + [c for c in lf.collect_schema().names() if c != "source"]
-    _sink(lf.select(cols), store.path(week, keys.CONSOLIDATED_KEY))
+    sink_parquet(lf.select(cols), store.path(week, keys.CONSOLIDATED_KEY))
     store.write_json(week, keys.CONSOLIDATED_META_KEY, summary)
     return summary
-
-
-def post_process(store: ArtifactStore, week: str) -> int:
-    """The demo's expensive stage: normalise strings, drop rows duplicated across sources, derive columns.
-
-    Reads only the stored consolidated raw rows; writes ``post_processed.parquet``. Returns the row count."""
-    lf = pl.scan_parquet(store.path(week, keys.CONSOLIDATED_KEY))
-    schema = lf.collect_schema()
-    strings = [c for c, t in schema.items() if t == pl.String and c != "source"]
-    data_cols = [c for c in schema.names() if c != "source"]
-    lf = (
-        lf.with_columns([pl.col(c).str.strip_chars().str.replace_all(r"\s+", " ") for c in strings])
-        # the same row reported by several sources is kept once, attributed to the first source by name
-        .sort("source", maintain_order=True)  # stable: rows keep their order within a source, so the file is too
-        .unique(subset=data_cols, keep="first", maintain_order=True)
-        .with_columns(
-            pl.lit(week).str.to_date().alias("week"),
-            pl.concat_str([pl.col("source")] + [pl.col(c).cast(pl.String).fill_null("") for c in data_cols],
-                          separator="\x1f").hash(seed=0).cast(pl.String).alias("row_id"),
-        )
-    )
-    _sink(lf, store.path(week, keys.PROCESSED_KEY))
-    return pl.scan_parquet(store.path(week, keys.PROCESSED_KEY)).select(pl.len()).collect().item()
