@@ -9,7 +9,7 @@ import time
 
 
 def consolidate_fleet(root: str, week: str, n: str) -> None:
-    from fleet.storage.consolidate import consolidate
+    from fleet.transform.consolidate import consolidate
     from fleet.storage.store import LocalArtifactStore
     t = time.perf_counter()
     summary = consolidate(LocalArtifactStore(root), week, [f"s{i:04d}" for i in range(int(n))])

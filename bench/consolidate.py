@@ -1,4 +1,4 @@
-"""consolidate: fleet.storage.consolidate.consolidate vs bare polars scan/concat/sink, each in a fresh process."""
+"""consolidate: fleet.transform.consolidate.consolidate vs bare polars scan/concat/sink, each in a fresh process."""
 from __future__ import annotations
 
 import json

@@ -13,8 +13,6 @@ import click
 
 from fleet.config import PROJECT_ROOT, chromium_path, scraper_dirs, settings
 from fleet.errors import FleetError
-from fleet.scraping import browser as shared_browser
-from fleet.scraping import pool
 from fleet.weeks import check_week_in_partitions, last_complete_week, parse_week, week_key
 
 EXIT_OK, EXIT_PARTIAL, EXIT_NOTHING = 0, 1, 2
@@ -60,82 +58,26 @@ def week_lock(home: Path, week: str):
 
 def run_week(week: str, sources: tuple[str, ...] = (), deep: tuple[str, ...] = (), refresh: bool = False,
              echo=click.echo) -> int:
-    """Drive one week through the same jobs the schedule and UI use, applying the sensor's policy in-process."""
-    from fleet.scraping import zygote
+    """Drive one week through the same jobs the schedule and UI use, and the same follow-up policy as the sensors
+    (fleet/policy/followup.py), here in-process instead of from the daemon."""
+    from dagster import AssetKey, execute_job, reconstructable
+
+    from fleet.defs import definitions as d
+    from fleet.defs.instance import get_instance
+    from fleet.policy import taxonomy as tx
+    from fleet.policy.followup import drive
+    from fleet.publish.commit import check_remote
 
     s = settings()
-    from fleet.publish.commit import DataRepo, check_remote
     # Refused before the week is scraped: a bad FLEET_DATA_BRANCH or FLEET_DATA_PREFIX, a FLEET_DATA_REMOTE that is a
     # file or a folder of something else, no Chromium (each worker would fail as infra, the source named but not
     # the cause).
-    check_remote(DataRepo.from_settings(s))
+    check_remote(d.defs.resources["data_repo"].data_repo())
     chromium_path()
     scraper_dirs()  # FLEET_SCRAPERS_DIR names folders that exist
     if not os.environ.get("FLEET_SCRAPERS_DIR", "").strip() and not os.environ.get("FLEET_DEMO_URL", "").strip():
         raise FleetError("no FLEET_SCRAPERS_DIR is set, and the bundled demo scrapers need the demo sites: "
                          "use `fleet demo`, or point FLEET_SCRAPERS_DIR at your scrapers")
-    # Before this process imports Dagster and creates the run (~3 s of one core here): the zygote imports what
-    # warm workers need, and the workers the first wave will ask for start, one after another, on the other core.
-    zygote.start(s.home / "workers")
-    prestarter = _prestart(s, week, sources, deep, refresh)
-    try:
-        return _run_week(s, week, sources, deep, refresh, echo, prestarter)
-    except BaseException:  # an unknown source, an interrupt: the workers started ahead of the week are not needed
-        pool.stop_prestart(prestarter)
-        pool.stop_idle(s.home / "workers")
-        raise
-    finally:
-        pool.stop_prestart(prestarter)
-
-
-def _prestart(s, week: str, sources: tuple[str, ...], deep: tuple[str, ...], refresh: bool):
-    """Start the first wave's workers ahead of its steps (fleet/scraping/pool.py); never fails the week: whatever
-    goes wrong here, the steps start their own workers and report it with the source named."""
-    try:
-        count = first_wave(s, week, sources, deep, refresh)
-        shared = s.browser == "shared"
-        return pool.start_prestart(s.home / "workers", count, shared=shared, chromium=chromium_path(),
-                                   browser_dir=s.browser_dir if shared else None,
-                                   node_cache=str(s.home / "cache" / "node"))
-    except Exception as exc:  # no Chromium, an unreadable artifact: for the steps to report, not this estimate
-        click.echo(f"fleet: not starting workers ahead of the week ({type(exc).__name__}: {exc})", err=True)
-        return None
-
-
-def first_wave(s, week: str, sources: tuple[str, ...] = (), deep: tuple[str, ...] = (), refresh: bool = False) -> int:
-    """How many warm workers the week's first wave will ask for, estimated before Dagster is imported: one per
-    source that will scrape, at most ``FLEET_MAX_PARALLEL``. Each scraper module counts as a source; a source
-    whose raw artifact for the week is stored and complete is reused and needs none (fleet/scraping/runner.py).
-    A module that fails to load, or a source with ``own_process``, counts too: at worst a worker too many
-    stays idle until the week is done."""
-    from fleet.storage import store as keys
-
-    if s.workers != "warm":
-        return 0
-    store = keys.LocalArtifactStore(s.store_root)
-
-    def reused(name: str) -> bool:
-        return not refresh and keys.stored_complete(store, week, name, deep=name in deep) is not None
-
-    if sources:
-        pending = sum(1 for name in set(sources) if not reused(name))
-    else:
-        modules = sum(1 for d in scraper_dirs() if d.is_dir() for p in d.glob("*.py") if not p.name.startswith("_"))
-        ran = [p.name.removesuffix(".outcome.json") for p in store.path(week, "raw").glob("*.outcome.json")]
-        pending = modules - sum(1 for name in ran if reused(name))
-    return max(0, min(s.max_parallel, pending))
-
-
-def _run_week(s, week: str, sources: tuple[str, ...], deep: tuple[str, ...], refresh: bool, echo, prestarter) -> int:
-    from dagster import AssetKey, execute_job, reconstructable
-
-    from fleet.defs import definitions as d
-    from fleet.defs.automation import follow_up_request
-    from fleet.defs.instance import get_instance
-    from fleet.policy import taxonomy as tx
-
-    from fleet.defs import runconfig
-    from fleet.defs import warm  # noqa: F401  (warm before the instance: its storages use warm's alembic cache)
     instance = get_instance(s)
     names = sorted(k.path[-1] for k in d.defs.resolve_all_asset_keys() if k.path[0] == "raw")
     unknown = [n for n in (*sources, *deep) if n not in names]
@@ -144,39 +86,32 @@ def _run_week(s, week: str, sources: tuple[str, ...], deep: tuple[str, ...], ref
     ops = {f"{tx.RAW_PREFIX}{n}": {"config": {"deep": n in deep, "refresh": refresh}} for n in (sources or names)
            if n in deep or refresh}
     logging_cfg = {"loggers": {"console": {"config": {"log_level": "INFO"}}}}
-    scrape_config = {"ops": ops, **logging_cfg}
-    if not sources:  # a --source run's steps resolve a subset job of their own, which this cannot prime
-        runconfig.prime(d.scrape_week_job(), scrape_config)  # its steps inherit it resolved
-    d.start_forkserver()  # forked from this process, now warm (fleet/defs/forkserver.py)
     base_tags = {tx.PARTITION_TAG: week, tx.TAG_DRIVER: "cli"}
     selection = [AssetKey(["raw", n]) for n in sources] if sources else None
+    store = _store()
+
+    def launch(request, action):
+        job = d.scrape_week_job if action.kind == "rerun" else d.publish_week_job
+        result = execute_job(reconstructable(job), instance, run_config={**(request.run_config or {}), **logging_cfg},
+                             tags={**base_tags, **request.tags}, asset_selection=request.asset_selection)
+        return instance.get_run_by_id(result.run_id)
 
     with week_lock(s.home, week):
         reap_orphaned_runs(instance, week, echo)
         echo(f"fleet: scraping week {week} ({len(sources or names)} sources, at most {s.max_parallel} at once)")
-        result = execute_job(reconstructable(d.scrape_week_job), instance, run_config=scrape_config,
+        result = execute_job(reconstructable(d.scrape_week_job), instance, run_config={"ops": ops, **logging_cfg},
                              tags={**base_tags, tx.TAG_KIND: "scrape"}, asset_selection=selection)
         run = instance.get_run_by_id(result.run_id)
-        run_ids = [run.run_id]
-        publish_run = None
-        while True:
-            action, request = follow_up_request(instance, run, s.crash_reruns)
-            if request is None:
-                break
-            echo(f"fleet: {action.reason}")
-            job = d.scrape_week_job if action.kind == "rerun" else d.publish_week_job
-            cfg = {**(request.run_config or {}), **logging_cfg}
-            result = execute_job(reconstructable(job), instance, run_config=cfg,
-                                 tags={**base_tags, **request.tags}, asset_selection=request.asset_selection)
-            run = instance.get_run_by_id(result.run_id)
-            run_ids.append(run.run_id)
-            if action.kind == "publish":
-                publish_run = run
-                break
-        pool.stop_prestart(prestarter)  # long done, unless the week was shorter than its start-up
-        pool.stop_idle(s.home / "workers")
-        shared_browser.stop_if_idle(s.browser_dir)
-        return report(instance, week, names, publish_run, echo, selected=list(sources or names), run_ids=run_ids)
+        follow_ups = drive(instance, run, s.crash_reruns, store, launch, echo)
+        publish_run = next((r for r in follow_ups if r.tags.get(tx.TAG_KIND) == "publish"), None)
+        return report(instance, week, names, publish_run, echo, selected=list(sources or names),
+                      run_ids=[run.run_id, *(r.run_id for r in follow_ups)])
+
+
+def _store():
+    from fleet.storage.store import LocalArtifactStore
+
+    return LocalArtifactStore(settings().store_root)
 
 
 def reap_orphaned_runs(instance, week: str, echo) -> None:
@@ -184,8 +119,8 @@ def reap_orphaned_runs(instance, week: str, echo) -> None:
     process is gone. Mark them failed with the reason, so they never block the week."""
     from dagster import DagsterRunStatus, RunsFilter
 
-    from fleet.defs.automation import reap_dead_run
     from fleet.policy import taxonomy as tx
+    from fleet.policy.followup import reap_dead_run
 
     stuck = instance.get_runs(RunsFilter(tags={tx.PARTITION_TAG: week, tx.TAG_DRIVER: "cli"},
                                          statuses=[DagsterRunStatus.STARTED, DagsterRunStatus.STARTING,
@@ -201,13 +136,12 @@ def reprocess_week(week: str, echo=click.echo) -> int:
     from dagster import AssetKey, execute_job, reconstructable
 
     from fleet.defs import definitions as d
-    from fleet.defs.assets import artifact_store
     from fleet.defs.instance import get_instance
     from fleet.policy import taxonomy as tx
     from fleet.storage import store as keys
 
     s = settings()
-    if not artifact_store().exists(week, keys.CONSOLIDATED_KEY):
+    if not _store().exists(week, keys.CONSOLIDATED_KEY):
         raise FleetError(f"week {week} has no stored raw rows to reprocess; run it first")
     instance = get_instance(s)
     with week_lock(s.home, week):
@@ -215,7 +149,7 @@ def reprocess_week(week: str, echo=click.echo) -> int:
                              run_config={"loggers": {"console": {"config": {"log_level": "INFO"}}}},
                              tags={tx.PARTITION_TAG: week, tx.TAG_DRIVER: "cli", tx.TAG_KIND: "reprocess"},
                              asset_selection=[AssetKey("post_processed"), AssetKey("processed_commit")])
-    rec = artifact_store().read_json(week, keys.commit_key("processed"))
+    rec = _store().read_json(week, keys.commit_key("processed"))
     if result.success and rec:
         echo(f"commit processed {rec['status']:<10} {rec['sha']}")
         return EXIT_OK
@@ -227,11 +161,10 @@ def report(instance, week: str, names: list[str], publish_run, echo, selected: l
            run_ids: list[str]) -> int:
     from dagster import DagsterEventType
 
-    from fleet.defs.assets import artifact_store
     from fleet.policy.status import week_status
     from fleet.storage import store as keys
 
-    store = artifact_store()
+    store = _store()
     rows = week_status(instance, store, week, names)
     print_status(rows, echo)
     steps_ok = set()
@@ -343,7 +276,7 @@ def past_week_refusal(week: str, sources: tuple[str, ...] = (), deep: tuple[str,
     from fleet.scraping.discovery import discover
     from fleet.storage import store as keys
 
-    store = keys.LocalArtifactStore(settings().store_root)
+    store = _store()
     names = list(sources) or sorted(src.name for src in discover(scraper_dirs()))
     fetch = names if refresh else [n for n in names if keys.stored_complete(store, week, n, deep=n in deep) is None]
     if not fetch:
@@ -432,15 +365,13 @@ def reprocess(week):
 @click.argument("source")
 def history(source):
     """One source over the stored weeks: status, category, rows, seconds, error."""
-    from fleet.defs.assets import artifact_store
-    from fleet.storage import store as keys
-
     from fleet.scraping.contract import valid_name
+    from fleet.storage import store as keys
 
     if not valid_name(source):
         raise click.BadParameter(f"{source!r} is not a source name (lowercase letters, digits and _)",
                                  param_hint="SOURCE")
-    store = artifact_store()
+    store = _store()
     click.echo(f"{'week':<11} {'status':<8} {'category':<8} {'rows':>6} {'seconds':>8}  detail")
     found = False
     for w in store.weeks():
@@ -461,17 +392,15 @@ def history(source):
 def status(week):
     """Per source: status, category, rows, seconds, attempts and error for one week."""
     from fleet.defs import definitions as d
-    from fleet.defs.assets import artifact_store
+    from fleet.defs.assets import checks_key
     from fleet.defs.instance import get_instance
     from fleet.policy.status import week_status
-
-    from fleet.defs.assets import checks_key
     from fleet.publish.week import describe
     from fleet.storage import store as keys
 
     w = resolve_week(week)
     names = sorted(k.path[-1] for k in d.defs.resolve_all_asset_keys() if k.path[0] == "raw")
-    store = artifact_store()
+    store = _store()
     click.echo(f"week {w}")
     print_status(week_status(get_instance(settings()), store, w, names))
     failed_checks = [(n, c) for n in names for c in (store.read_json(w, checks_key(n)) or []) if not c["passed"]]
@@ -487,17 +416,17 @@ def status(week):
 @click.option("--stage", type=click.Choice(["raw", "processed"]), default=None, help="Only this stage (default: both that are stored).")
 def commit(week, stage):
     """Re-run only the commit of a week, from its stored artifacts."""
-    from fleet.defs.assets import artifact_store
+    from fleet.defs import definitions as d
     from fleet.publish.week import STAGE_FILES, commit_stage
 
     w = resolve_week(week)
-    store = artifact_store()
+    store = _store()
     stages = [stage] if stage else [st for st, (key, _) in STAGE_FILES.items() if store.exists(w, key)]
     if not stages:
         click.echo(f"fleet: error: week {w} has no stored artifacts to commit", err=True)
         sys.exit(EXIT_NOTHING)
     for st in stages:
-        res = _exit_on_error(commit_stage, settings(), store, w, st, run_id="cli-commit")
+        res = _exit_on_error(commit_stage, d.defs.resources["data_repo"].data_repo(), store, w, st, run_id="cli-commit")
         click.echo(f"commit {st:<9} {res.status:<10} {res.sha}")
 
 
@@ -508,10 +437,14 @@ def ui(port, demo):
     """The Dagster UI (webserver and daemon) on workspace.yaml."""
     import subprocess
 
-    from fleet.defs.instance import ensure_home
+    from dagster import DagsterInstance
+
+    from fleet.defs.instance import check_instance, ensure_home
 
     s = settings()
     ensure_home(s)
+    with DagsterInstance.get() as instance:  # what the webserver and daemon will load: refused now, not later
+        check_instance(s, instance)
     # `dagster dev` runs in the checkout; its code server and runs must use this home, as this process does
     os.environ["FLEET_HOME"] = str(s.home)
     use_demo = demo if demo is not None else not os.environ.get("FLEET_SCRAPERS_DIR")

@@ -69,11 +69,6 @@ def worker_max_sources() -> int:
     return env_number("FLEET_WORKER_MAX_SOURCES", 50, int, minimum=1)
 
 
-def step_reuse() -> int:
-    """Steps a step process runs, one after another, before it exits (fleet/defs/stephosts.py); 1: one each."""
-    return env_number("FLEET_STEP_REUSE", 20, int, minimum=1)
-
-
 def browser_startup_s() -> float:
     return env_number("FLEET_BROWSER_STARTUP_S", 90.0, minimum=1)
 
@@ -118,15 +113,7 @@ class Settings:
     browser: str = "own"        # own: a Chromium per worker; shared: a context per source in one Chromium
     workers: str = "warm"       # warm: workers keep Playwright and a browser between sources; fresh: one per attempt
     compute_logs: bool = False  # Dagster's per-step stdout/stderr capture (tail -F + 2 watcher interpreters per step)
-    step_headroom: int = 0      # source steps in flight beyond max_parallel (fleet/scraping/slots.py)
     run_monitor_s: int = 30     # how often the daemon checks that started runs' workers live (fleet/defs/launcher.py)
-
-    @property
-    def steps_in_flight(self) -> int:
-        """Source steps Dagster runs at once (its pool ``scrapers`` and the executor's limit). Only
-        ``max_parallel`` of them scrape at a time (fleet/scraping/slots.py); the others start up, or write their
-        checks and events, meanwhile."""
-        return self.max_parallel + self.step_headroom
 
     @property
     def slots_dir(self) -> Path:
@@ -173,7 +160,7 @@ def settings() -> Settings:
     browser = env_choice("FLEET_BROWSER", "shared", ("shared", "own"))
     workers = env_choice("FLEET_WORKERS", "warm", ("warm", "fresh"))
     max_parallel = _int("FLEET_MAX_PARALLEL", 10, minimum=1)
-    for check in (worker_idle_s, worker_max_sources, step_reuse, browser_startup_s, browser_idle_s, worker_start):
+    for check in (worker_idle_s, worker_max_sources, browser_startup_s, browser_idle_s, worker_start):
         check()
     webhook = os.environ.get("FLEET_ALERT_WEBHOOK", "").strip()
     if webhook and not webhook.lower().startswith(("http://", "https://")):  # else every alert's POST would fail
@@ -190,8 +177,6 @@ def settings() -> Settings:
         browser=browser,
         workers=workers,
         compute_logs=env_flag("FLEET_COMPUTE_LOGS"),
-        # half a wave: 4, 5 and 10 of headroom at a cap of 10 measured the same (BENCHMARKS.md), 2 slower
-        step_headroom=_int("FLEET_STEP_HEADROOM", max(1, max_parallel // 2)),
         run_monitor_s=_int("FLEET_RUN_MONITOR_S", 30, minimum=1),
     )
 

@@ -41,105 +41,51 @@ def test_fault_sources_are_opt_in_and_a_syntax_error_is_its_own_asset():
     assert all(f"raw/{n}" in keys for n in DEMO)
 
 
-def test_the_loaded_definitions_are_out_of_the_collectors_reach():
-    """Every full collection of a process that loaded the definitions (the CLI, the run, the code server)
-    would scan all of them: with 1,000 sources that cost about 0.3 s of the load and 0.75 s of the exit.
-    They are frozen; what the process allocates afterwards is still collected."""
-    code = ("import gc\n"
-            "from dagster import AssetsDefinition\n"
-            "from fleet.defs.definitions import defs\n"
-            "scanned = [o for o in gc.get_objects() if isinstance(o, AssetsDefinition)]\n"
-            "class Cycle: pass\n"
-            "c = Cycle(); c.me = c; del c\n"
-            "print(len(scanned), len(defs.assets), gc.get_freeze_count() > 0, gc.collect() >= 1)\n")
+def test_definitions_carry_fleets_settings_as_resources_and_the_token_as_an_env_var():
+    """The data repository, the artifact store, the browser and the alerts are Dagster resources, built from the
+    FLEET_* variables; the git token is an EnvVar, so neither the UI nor the resource's config holds its value."""
+    code = ("from fleet.defs.definitions import defs\n"
+            "r = defs.resources\n"
+            "print(sorted(r))\n"
+            "print(r['data_repo'].remote, r['data_repo'].branch, r['data_repo'].prefix)\n"
+            "print(repr(r['data_repo'].token))\n"
+            "print(r['artifacts'].root.endswith('/artifacts'))\n")
     env = {k: v for k, v in os.environ.items() if not k.startswith("FLEET_")}
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True, cwd=ROOT).stdout
-    scanned, assets, frozen, collected = out.split()
-    assert (scanned, frozen, collected) == ("0", "True", "True"), out
-    assert int(assets) == len(DEMO) + 4
-
-
-FORKSERVER_PROBE = """import gc, multiprocessing, os, sys, threading, time
-from multiprocessing import forkserver
-def child(q):
-    q.put(('fleet.defs.warm' in sys.modules, os.getppid(), gc.get_freeze_count()))
-if __name__ == '__main__':
-    from fleet.defs import definitions as d
-    if sys.argv[1] == 'threaded':  # another thread: the server must be a new interpreter, not a fork
-        threading.Thread(target=time.sleep, args=(30,), daemon=True).start()
-    d.start_forkserver()
-    server = forkserver._forkserver._forkserver_pid
-    ctx = multiprocessing.get_context('forkserver')
-    ctx.set_forkserver_preload(list(d.FORKSERVER_PRELOAD))  # as Dagster's executor does
-    q = ctx.SimpleQueue()
-    p = ctx.Process(target=child, args=(q,)); p.start(); p.join(60)
-    warm, parent, frozen = q.get()
-    # read once the server has served a fork: a new interpreter's cmdline reads b'' while it is still in execve
-    cmdline = open(f'/proc/{server}/cmdline', 'rb').read()
-    forked = cmdline == open('/proc/self/cmdline', 'rb').read()
-    assert forked != (b'forkserver import main' in cmdline), cmdline
-    print(forked, 'fleet.defs.warm' in sys.modules, warm, parent == server,
-          forkserver._forkserver._forkserver_pid == server, frozen > 10000, p.exitcode)
-"""
-
-
-@pytest.mark.parametrize("mode, expected", [
-    # `fleet run`: the server is a fork of the caller, once the caller has warmed itself
-    ("single", "True True True True True True 0"),
-    # with a second thread a fork is unsafe: a new interpreter preloads fleet.defs.warm, as Python would
-    ("threaded", "False False True True True True 0"),
-])
-def test_fleet_runs_forkserver_is_started_early_with_the_executors_preload(tmp_path, mode, expected):
-    """`fleet run` starts its forkserver before it creates the run; the executor then forks every step from that
-    same server, already warm (fleet.defs.warm imported), instead of starting and preloading one itself. The
-    server's heap is frozen (gc.freeze), so a step's garbage collections never walk what it inherited."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("FLEET_")}
-    path = tmp_path / "forkserver_probe.py"  # a file: forkserver children import the main module by its path
-    path.write_text(FORKSERVER_PROBE)
-    out = subprocess.run([sys.executable, str(path), mode], env=env, capture_output=True, text=True, cwd=ROOT,
-                         timeout=120)
+    env.update(FLEET_DATA_REMOTE="/tmp/somewhere.git", FLEET_DATA_BRANCH="weekly", FLEET_DATA_PREFIX="feeds",
+               FLEET_GIT_TOKEN="s3cr3t-value")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert out.returncode == 0, out.stderr[-3000:]
-    assert out.stdout.strip() == expected, out.stdout + out.stderr[-2000:]
+    keys, repo, token, artifacts = out.stdout.strip().splitlines()
+    assert eval(keys) == ["alerts", "artifacts", "browser", "data_repo"]
+    assert repo == "/tmp/somewhere.git weekly feeds/"
+    assert "FLEET_GIT_TOKEN" in token and "s3cr3t" not in token
+    assert artifacts == "True"
 
 
-def _shape(a) -> dict:
-    """Everything Dagster knows of a raw asset, but its compute function's identity."""
-    import inspect
-    op = a.op
-    attrs = {k: v for k, v in a.get_attributes_dict().items() if k != "node_def"}
-    attrs["specs"] = list(attrs["specs"])
-    return {**attrs, "op": (op.name, op.description, dict(op.tags), op.pool, op.retry_policy, op.required_resource_keys,
-                            op.config_schema.as_field().config_type.key, [i.name for i in op.input_defs],
-                            [(o.name, o.dagster_type.key, o.is_required, o.description, o.metadata, o.code_version,
-                              o.io_manager_key, o.is_dynamic) for o in op.output_defs]),
-            "source": inspect.getclosurevars(op.compute_fn.decorated_fn).nonlocals["source"],
-            "partitions": a.partitions_def, "groups": a.group_names_by_key, "tags": a.tags_by_key,
-            "descriptions": a.descriptions_by_key, "kinds": a.specs_by_key[a.key].kinds}
+def test_no_private_internals_in_what_fleet_installs():
+    """fleet/ and scrapers/ import no private module of Dagster, Playwright, alembic or multiprocessing, and assign
+    no attribute of a library's module; the one exception is fleet/defs/compat.py, under 80 lines."""
+    import re
+    private = re.compile(r"^\s*(from|import)\s+(dagster\._|playwright\._|alembic|"
+                         r"multiprocessing\.(forkserver|popen_|context|util|reduction|connection))", re.M)
+    patched = re.compile(r"^\s*(dagster|playwright|multiprocessing|alembic|git|polars)(\.\w+)+\s*=[^=]", re.M)
+    found = []
+    for folder in ("fleet", "scrapers"):
+        for path in (ROOT / folder).rglob("*.py"):
+            if path == ROOT / "fleet" / "defs" / "compat.py":
+                continue
+            text = path.read_text()
+            found += [f"{path.relative_to(ROOT)}: {m.group(0).strip()}" for m in private.finditer(text)]
+            found += [f"{path.relative_to(ROOT)}: {m.group(0).strip()}" for m in patched.finditer(text)]
+    assert found == []
+    assert not list(ROOT.glob("*.pth")) and not (ROOT / "sitecustomize.py").exists()
+    assert len((ROOT / "fleet" / "defs" / "compat.py").read_text().splitlines()) < 80
 
 
-def test_a_raw_asset_built_as_a_copy_is_the_one_asset_builds():
-    """raw_assets() builds the first source's asset through @asset and copies it for the rest (loading 1,000
-    sources); each copy equals what @asset builds for its source, down to its outputs and its own compute
-    function, and a Dagster that refuses the copy gets @asset's."""
-    from unittest import mock
-
-    from fleet.defs import assets as A
-    from fleet.scraping.discovery import discover
-    sources = discover([ROOT / "scrapers"])
-    assert len(sources) >= 3
-    parts, retry = A.partitions(), A.crash_retry_policy()
-    built = A.raw_assets(sources, parts, retry)
-    for source, copy in zip(sources, built):
-        assert _shape(copy) == _shape(A.raw_asset(source, parts, retry)), source.name
-    assert _shape(built[1]) != _shape(built[2])
-    with mock.patch.object(A, "raw_asset_copier", side_effect=TypeError("moved")):
-        slow = A.raw_assets(sources, parts, retry)
-    assert [_shape(a) for a in slow] == [_shape(a) for a in built]
-
-
-START_WEEK_PROBE = ("from fleet.defs.assets import partitions\n"
+START_WEEK_PROBE = ("from fleet.config import settings\n"
+                    "from fleet.defs.assets import partitions\n"
                     "try:\n"
-                    "    print(partitions().get_first_partition_key())\n"
+                    "    print(partitions(settings().start_week).get_first_partition_key())\n"
                     "except Exception as exc:\n"
                     "    print(type(exc).__name__, exc)\n")
 
@@ -174,8 +120,9 @@ def test_the_weeks_in_partitions_are_dagsters(monkeypatch):
     assets' partitions definition: from FLEET_START_WEEK to the week in progress in UTC, at its edges."""
     import datetime as dt
 
-    from dagster._core.definitions.partitions.context import partition_loading_context
+    from dagster._core.definitions.partitions.context import partition_loading_context  # Dagster's clock, pinned
 
+    from fleet.config import settings
     from fleet.defs.assets import partitions
     from fleet.errors import FleetError
     from fleet.weeks import check_week_in_partitions
@@ -186,7 +133,7 @@ def test_the_weeks_in_partitions_are_dagsters(monkeypatch):
                 dt.datetime(2026, 12, 9, 12, 0, tzinfo=utc), dt.datetime(2026, 1, 7, tzinfo=utc),
                 dt.datetime(2025, 12, 31, tzinfo=utc)):
         with partition_loading_context(now):
-            keys = set(partitions().get_partition_keys())
+            keys = set(partitions(settings().start_week).get_partition_keys())
         for i in range(-3, 60):
             week = dt.date(2026, 1, 5) + dt.timedelta(weeks=i)
             try:

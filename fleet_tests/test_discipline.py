@@ -187,7 +187,6 @@ def test_bad_settings_are_refused_naming_the_setting_before_anything_runs(fleet_
         "FLEET_CHROMIUM": (str(fleet_env.tmp), "is not an executable file"),  # a folder passes os.access(X_OK)
         "FLEET_WORKER_IDLE_S": ("abc", "must be a number, got 'abc'"),
         "FLEET_WORKER_MAX_SOURCES": ("0", "must be at least 1, got 0"),
-        "FLEET_STEP_REUSE": ("0", "must be at least 1, got 0"),
         "FLEET_BROWSER_STARTUP_S": ("0", "must be at least 1, got 0"),
         "FLEET_BROWSER_IDLE_S": ("nan", "must be a number, got 'nan'"),
         "FLEET_WORKER_START": ("frok", "must be 'fork' or 'spawn', got 'frok'"),

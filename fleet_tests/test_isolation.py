@@ -114,18 +114,15 @@ def test_scraper_cap_holds_across_concurrent_runs(fleet_env):
         assert s2 >= e1, f"two scrapes overlapped although the pool allows one: {intervals}"
 
 
-def test_the_next_step_starts_while_the_cap_holds_only_the_scraping(fleet_env):
-    """With a cap of one and one step of headroom, Dagster runs both sources' steps at once (the second starts
-    up while the first scrapes), and the scrape slot still keeps their scraping apart."""
-    import collections
-
+def test_the_scrapers_pool_is_the_one_cap(fleet_env):
+    """With FLEET_MAX_PARALLEL=1 the instance's scrapers pool admits one source step at a time: the pool written
+    into the new instance is that cap, and the two sources' scrapes never overlap."""
     d = fleet_env.tmp / "slow"
     d.mkdir()
     for n in ("slow_a", "slow_b"):
         (d / f"{n}.py").write_text(SLOW.format(name=n))
     spans = fleet_env.tmp / "spans"
-    env = {**fleet_env.env, "FLEET_SCRAPERS_DIR": str(d), "FLEET_MAX_PARALLEL": "1", "FLEET_STEP_HEADROOM": "1",
-           "SPANS": str(spans)}
+    env = {**fleet_env.env, "FLEET_SCRAPERS_DIR": str(d), "FLEET_MAX_PARALLEL": "1", "SPANS": str(spans)}
     res = run_fleet(env, "run", "--week", WEEK, "--force")
     assert res.returncode == 0, (res.stdout + res.stderr)[-4000:]
     (s1, e1), (s2, e2) = sorted(tuple(map(float, line.split())) for line in spans.read_text().splitlines())
@@ -133,15 +130,11 @@ def test_the_next_step_starts_while_the_cap_holds_only_the_scraping(fleet_env):
 
     os.environ["DAGSTER_HOME"] = str(fleet_env.home / "dagster")
     with DagsterInstance.get() as instance:
-        assert instance.event_log_storage.get_concurrency_info("scrapers").slot_count == 2
+        assert instance.event_log_storage.get_concurrency_info("scrapers").slot_count == 1
         run = next(r for r in instance.get_runs() if r.job_name == "scrape_week")
-        events = collections.defaultdict(dict)
-        waited = []
+        steps = {}
         for e in instance.all_logs(run.run_id):
             if e.dagster_event is not None and e.step_key:
-                events[e.step_key].setdefault(e.dagster_event.event_type_value, e.timestamp)
-            elif "for a scrape slot" in (e.user_message or ""):
-                waited.append(e.user_message)
-    first, second = sorted(events.values(), key=lambda ev: ev["STEP_SUCCESS"])
-    assert second["STEP_START"] < first["STEP_SUCCESS"], "the second step did not start before the first ended"
-    assert len(waited) == 1 and "(FLEET_MAX_PARALLEL=1)" in waited[0], waited
+                steps.setdefault(e.step_key, {}).setdefault(e.dagster_event.event_type_value, e.timestamp)
+    first, second = sorted(steps.values(), key=lambda ev: ev["STEP_SUCCESS"])
+    assert second["STEP_START"] >= first["STEP_SUCCESS"] - 0.5, "the pool admitted two source steps at once"

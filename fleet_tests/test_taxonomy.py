@@ -184,15 +184,19 @@ DEAD_RUN_SCRIPT = textwrap.dedent("""
     from dagster import AssetKey, DagsterRunStatus, execute_job, reconstructable
     from fleet.config import settings
     from fleet.defs import definitions as d
-    from fleet.defs.assets import artifact_store
-    from fleet.defs.automation import follow_up_request, reap_dead_run
     from fleet.defs.instance import get_instance
+    from fleet.policy.followup import follow_up_request, reap_dead_run
+    from fleet.storage.store import LocalArtifactStore
     from fleet.policy import taxonomy as tx
     from fleet.policy.status import week_status
     from fleet.storage import store as keys
     from fleet.transform.consolidate import consolidate
 
     WEEK = "%s"
+
+    def artifact_store():
+        return LocalArtifactStore(settings().store_root)
+
     if __name__ == "__main__":
         instance, mode = get_instance(settings()), sys.argv[1]
         tags = {tx.PARTITION_TAG: WEEK, **json.loads(sys.argv[2] if len(sys.argv) > 2 else "{}")}
@@ -208,8 +212,8 @@ DEAD_RUN_SCRIPT = textwrap.dedent("""
             reap_dead_run(instance, run, "its process is gone")  # what `fleet run` does with a run left behind
             run = instance.get_run_by_id(run.run_id)
             outcomes = {s: o.status for s, o in tx.run_outcomes(instance, run).items()}
-            with_budget = tx.next_action(instance, run, 2)
-            action, request = follow_up_request(instance, run, int(os.environ["FLEET_CRASH_RERUNS"]))
+            with_budget = tx.next_action(instance, run, 2, store)
+            action, request = follow_up_request(instance, run, int(os.environ["FLEET_CRASH_RERUNS"]), store)
             summary = consolidate(store, WEEK, ["kills_its_run", "steady"])
             stored = {n: store.read_json(WEEK, keys.outcome_key(n)) or {} for n in ("kills_its_run", "steady")}
             print(json.dumps({
@@ -222,7 +226,7 @@ DEAD_RUN_SCRIPT = textwrap.dedent("""
                            week_status(instance, store, WEEK, ["kills_its_run", "steady"])}}))
         elif mode == "policy":  # the policy after the week's last run, and the rerun it asks for, executed
             run = sorted(instance.get_run_records(), key=lambda r: r.create_timestamp)[-1].dagster_run
-            action, request = follow_up_request(instance, run, int(os.environ["FLEET_CRASH_RERUNS"]))
+            action, request = follow_up_request(instance, run, int(os.environ["FLEET_CRASH_RERUNS"]), artifact_store())
             out = {"action": action.kind, "sources": action.sources, "exhausted": action.exhausted,
                    "tags": dict(request.tags) if request else None}
             if action.kind == "rerun":

@@ -1,7 +1,6 @@
 """The asset graph: raw/<source> per scraper -> consolidated_raw_rows -> raw_commit -> post_processed -> processed_commit."""
 # No `from __future__ import annotations` here: Dagster inspects the annotations of asset functions at runtime.
 import dataclasses
-import functools
 from typing import Optional
 
 import polars as pl
@@ -12,26 +11,21 @@ from dagster import (
 
 from fleet.quality import alerts as alerting
 from fleet.quality import checks as qc
-from fleet.config import settings
+from fleet.defs.resources import Alerts, ArtifactStore, Browser, DataRepository
 from fleet.policy import taxonomy as tx
 from fleet.scraping.discovery import Source
 from fleet.scraping.runner import run_source
 from fleet.storage import store as keys
 from fleet.transform.consolidate import consolidate
 from fleet.transform.postprocess import post_process
-from fleet.storage.store import LocalArtifactStore
 
 RAW_GROUP = "raw"
 PUBLISH_GROUP = "publish"
 
 
-def partitions() -> WeeklyPartitionsDefinition:
+def partitions(start_week: str) -> WeeklyPartitionsDefinition:
     # ISO weeks start on Monday (day_offset=1); end_offset=1 includes the in-progress week for manual runs.
-    return WeeklyPartitionsDefinition(start_date=settings().start_week, day_offset=1, end_offset=1, fmt="%Y-%m-%d")
-
-
-def artifact_store() -> LocalArtifactStore:
-    return LocalArtifactStore(settings().store_root)
+    return WeeklyPartitionsDefinition(start_date=start_week, day_offset=1, end_offset=1, fmt="%Y-%m-%d")
 
 
 class RawConfig(Config):
@@ -73,7 +67,7 @@ def run_source_checks(source: Source, week: str, store) -> list:
     return outcomes
 
 
-def alert_week(context, store, week: str, sources: list[str]) -> list:
+def alert_week(context, store, week: str, sources: list[str], alerts: Alerts) -> list:
     """Turn the week's failed checks and missing sources into alerts, once each (the ledger dedups reruns)."""
     found = []
     for name in sources:
@@ -87,34 +81,17 @@ def alert_week(context, store, week: str, sources: list[str]) -> list:
     week_results = [r for r in qc.week_checks(store, week, sources)
                     if not (r["check"] == "missing" and r.get("status") == "not run")]
     found += alerting.from_week_checks(week, week_results, run_id=context.run_id)
-    sent = alerting.deliver(found, settings().home)
+    sent = alerting.deliver(found, alerts.home, webhook=alerts.webhook or "")
     for a in sent:
         context.log.warning(f"[run {context.run_id}] [{a.source or 'week'}] ALERT {a.severity} {a.check}: {a.message}")
     return sent
-
-
-@functools.lru_cache(maxsize=1)
-def raw_config_schema():
-    # Inferred and converted once, and shared: inferring a pythonic Config per asset, then converting it into
-    # Dagster's config schema, dominated loading 1,000 sources. A converted schema is passed through as it is.
-    from dagster._core.definitions.definition_config_schema import convert_user_facing_definition_config_schema
-
-    return convert_user_facing_definition_config_schema(RawConfig.to_fields_dict())
-
-
-@functools.lru_cache(maxsize=1)
-def _raw_signature():
-    import inspect
-
-    def _raw(context: AssetExecutionContext): ...
-    return inspect.signature(_raw)
 
 
 def _md_path(p):
     return MetadataValue.path(p) if p else MetadataValue.text("-")
 
 
-def crash_retry_policy() -> RetryPolicy:
+def crash_retry_policy(crash_reruns: int) -> RetryPolicy:
     """Re-execute a crashed source step inside the run, at most ``FLEET_CRASH_RERUNS`` times, after 1 s, 2 s, 4 s…
 
     The multiprocess executor applies an asset's retry policy when the step's process dies (SIGKILL, OOM), so the
@@ -122,13 +99,13 @@ def crash_retry_policy() -> RetryPolicy:
     second pass. A source failure never reaches it: the asset raises ``Failure(allow_retries=False)`` for those.
     The policy is the same N in every run; what bounds a source's re-executions over the week (a rerun run's
     retries, a second run of the week) is the raw asset's budget check (``check_crash_budget``)."""
-    return RetryPolicy(max_retries=settings().crash_reruns, delay=1, backoff=Backoff.EXPONENTIAL)
+    return RetryPolicy(max_retries=crash_reruns, delay=1, backoff=Backoff.EXPONENTIAL)
 
 
-def check_crash_budget(context, source: str) -> None:
+def check_crash_budget(context, source: str, crash_reruns: int) -> None:
     """Refuse a re-execution of ``source`` beyond the week's crash budget (taxonomy.budget_exhausted), before it
     takes a scrape slot: ``Failure(allow_retries=False)``, category infra, tagged ``fleet/budget``."""
-    refused = tx.budget_exhausted(context.instance, context.run, source, context.retry_number, settings().crash_reruns)
+    refused = tx.budget_exhausted(context.instance, context.run, source, context.retry_number, crash_reruns)
     if refused:
         context.log.warning(f"[run {context.run_id}] [{source}] {refused}")
         raise Failure(description=f"[infra] {refused}",
@@ -136,21 +113,21 @@ def check_crash_budget(context, source: str) -> None:
                       allow_retries=False)
 
 
-def _raw_compute(source: Source):
+def _raw_compute(source: Source, crash_reruns: int):
     """The compute function of ``raw/<source>``: scrape the week (or reuse it), check it, report it."""
     key = AssetKey(["raw", source.name])
 
-    def _raw(context: AssetExecutionContext):
-        config = RawConfig(**context.op_config)
+    def _raw(context: AssetExecutionContext, config: RawConfig, artifacts: ArtifactStore, browser: Browser):
         week = context.partition_key
-        check_crash_budget(context, source.name)
-        store = artifact_store()
+        check_crash_budget(context, source.name, crash_reruns)
+        store = artifacts.store()
         # A crash's re-execution (in the run, or a rerun run of the sensors or `fleet run`) carries the first
         # attempt's config: its `refresh` must not clear what the crashed attempt left to resume from.
         reexecution = context.retry_number > 0 or context.run.tags.get(tx.TAG_KIND) == "rerun"
         out = run_source(source, week, store=store, run_id=context.run_id, deep=config.deep,
                          timeout_s=config.timeout_s, refresh=config.refresh, reexecution=reexecution,
-                         retry={"attempts": config.retry_attempts}, log=context.log)
+                         retry={"attempts": config.retry_attempts}, log=context.log,
+                         settings=browser.worker_settings())
         common = {
             "fleet/status": out.status, "seconds": float(out.seconds), "pages": out.pages,
             "url": MetadataValue.text(out.url or "-"),
@@ -179,9 +156,6 @@ def _raw_compute(source: Source):
             yield AssetCheckResult(asset_key=key, check_name=o.name, passed=o.passed, severity=SEVERITY[o.severity],
                                    description=o.message, metadata={k: v for k, v in o.metadata.items() if v is not None})
 
-    # Dagster reads the compute function's signature over a dozen times per asset; inspecting it each time
-    # was a quarter of loading 1,000 sources. Every source's function has this same signature.
-    _raw.__signature__ = _raw_signature()
     return _raw
 
 
@@ -200,80 +174,20 @@ def _check_specs(key: AssetKey, partitions_def) -> list:
                 for name, text in SOURCE_CHECKS.items()]
 
 
-def raw_asset(source: Source, partitions_def, retry_policy: RetryPolicy | None = None):
-    """``raw/<source>``: its own op, so its own step and process, with the source's four checks (#3, #5, #8)."""
+def raw_asset(source: Source, partitions_def, crash_reruns: int):
+    """``raw/<source>``: its own op, so its own step and process, with the source's four checks."""
     key = AssetKey(["raw", source.name])
     return asset(
-        retry_policy=retry_policy,
+        retry_policy=crash_retry_policy(crash_reruns),
         key=key, partitions_def=partitions_def, pool="scrapers", group_name=RAW_GROUP,
         description=source.description, kinds={"playwright", "parquet"},
         check_specs=_check_specs(key, partitions_def),
         tags={"fleet/source": source.name},
-        config_schema=raw_config_schema(),
-    )(_raw_compute(source))
+    )(_raw_compute(source, crash_reruns))
 
 
-def raw_asset_copier(template):
-    """A function ``source -> raw asset`` that returns what ``raw_asset(source, ...)`` would, built as a copy of
-    ``template`` (another source's raw asset from the same arguments): only the key, the op's name,
-    description and compute function, the tags and the check specs differ. ``@asset`` re-derives all the
-    rest from the function for every source; with 1,000 sources that was 1.2-1.35 s of loading the
-    definitions, and the copies take 0.64-0.73 s. What every copy shares (the outputs, the spec, the
-    attributes) is read from the template once.
-
-    It calls Dagster's public constructors (``OpDefinition``, ``AssetsDefinition``) with the template's
-    attributes, read through ``get_attributes_dict`` (Dagster's own way to copy an asset, not a documented
-    API; if it moves, ``raw_assets`` falls back to ``@asset``). ``test_definitions`` holds each copy equal to
-    what ``@asset`` builds for its source."""
-    import warnings
-
-    from dagster import AssetsDefinition, BetaWarning, OpDefinition, Out, PreviewWarning
-
-    top = template.op
-    result_out = Out.from_definition(top.output_def_named("result"))
-    check_outs = [Out.from_definition(top.output_def_named(t)) for t in template.check_specs_by_output_name]
-    spec = template.specs_by_key[template.key]
-    attrs = template.get_attributes_dict()
-
-    def copy(source: Source):
-        key = AssetKey(["raw", source.name])
-        checks = {c.get_python_identifier(): c for c in _check_specs(key, template.partitions_def)}
-        op = OpDefinition(
-            compute_fn=type(top.compute_fn)(_raw_compute(source)),  # the decorated-function wrapper @asset uses
-            name=key.to_python_identifier(),  # what @asset names the op
-            ins={}, description=source.description, config_schema=top.config_schema, tags=top.tags,
-            required_resource_keys=top.required_resource_keys, retry_policy=top.retry_policy, pool=top.pool,
-            outs={"result": result_out._replace(description=source.description), **dict(zip(checks, check_outs))},
-        )
-        with warnings.catch_warnings():  # as Dagster's own copies do: `execution_type` is a beta parameter
-            warnings.simplefilter("ignore", BetaWarning)
-            warnings.simplefilter("ignore", PreviewWarning)
-            return AssetsDefinition(**{
-                **attrs, "keys_by_output_name": {"result": key}, "node_def": op, "selected_asset_keys": {key},
-                "check_specs_by_output_name": checks, "selected_asset_check_keys": {c.key for c in checks.values()},
-                "specs": [spec.replace_attributes(key=key, description=source.description,
-                                                  tags={**spec.tags, "fleet/source": source.name})]})
-
-    return copy
-
-
-def raw_assets(sources: list[Source], partitions_def, retry_policy: RetryPolicy | None = None) -> list:
-    """Every source's raw asset: the first through ``@asset``, the others as copies of it (``raw_asset_copier``).
-    If a Dagster release no longer allows the copy, the rest are built through ``@asset``, only slower."""
-    out, copy = [], None
-    for source in sources:
-        if out and copy is not False:
-            try:
-                copy = copy or raw_asset_copier(out[0])
-                out.append(copy(source))
-                continue
-            except Exception as exc:  # noqa: BLE001  (a Dagster whose internals moved: the slow, sure path)
-                import logging
-                logging.getLogger(__name__).warning("fleet: raw assets built through @asset from raw/%s on (%s: %s)",
-                                                    source.name, type(exc).__name__, exc)
-                copy = False
-        out.append(raw_asset(source, partitions_def, retry_policy))
-    return out
+def raw_assets(sources: list[Source], partitions_def, crash_reruns: int) -> list:
+    return [raw_asset(source, partitions_def, crash_reruns) for source in sources]
 
 
 def publish_assets(sources: list[Source], partitions_def):
@@ -281,12 +195,13 @@ def publish_assets(sources: list[Source], partitions_def):
     raw_keys = [AssetKey(["raw", n]) for n in names]
 
     @asset(partitions_def=partitions_def, deps=raw_keys, group_name=PUBLISH_GROUP, kinds={"polars", "parquet"})
-    def consolidated_raw_rows(context: AssetExecutionContext) -> MaterializeResult:
+    def consolidated_raw_rows(context: AssetExecutionContext, artifacts: ArtifactStore,
+                              alerts: Alerts) -> MaterializeResult:
         """All sources' rows for the week in one parquet file with a `source` column: whatever succeeded this week."""
         week = context.partition_key
-        store = artifact_store()
+        store = artifacts.store()
         summary = consolidate(store, week, names)
-        alert_week(context, store, week, names)
+        alert_week(context, store, week, names, alerts)
         if summary["rows"] == 0:
             raise Failure(description=f"infrastructure failure: no source returned data for week {week}",
                           metadata={"fleet/category": "infra", "missing": MetadataValue.json(summary["missing"])},
@@ -300,28 +215,31 @@ def publish_assets(sources: list[Source], partitions_def):
             "included": MetadataValue.json(summary["included"]),
         })
 
-    def _commit(context, stage: str) -> MaterializeResult:
+    def _commit(context, stage: str, data_repo: DataRepository, artifacts: ArtifactStore) -> MaterializeResult:
         from fleet.publish.week import commit_stage
 
         week = context.partition_key
-        result = commit_stage(settings(), artifact_store(), week, stage, run_id=context.run_id, log=context.log)
+        result = commit_stage(data_repo.data_repo(), artifacts.store(), week, stage, run_id=context.run_id,
+                              log=context.log)
         context.log.info(f"[run {context.run_id}] {stage} commit for week {week}: {result.status} {result.sha}")
         return MaterializeResult(metadata={"commit": result.sha or "-", "status": result.status, "attempts": result.attempts})
 
     @asset(partitions_def=partitions_def, deps=[consolidated_raw_rows], group_name=PUBLISH_GROUP, kinds={"git"})
-    def raw_commit(context: AssetExecutionContext) -> MaterializeResult:
+    def raw_commit(context: AssetExecutionContext, data_repo: DataRepository,
+                   artifacts: ArtifactStore) -> MaterializeResult:
         """The week's consolidated raw rows committed to the data repository, before post-processing starts."""
-        return _commit(context, "raw")
+        return _commit(context, "raw", data_repo, artifacts)
 
     @asset(partitions_def=partitions_def, deps=[raw_commit], group_name=PUBLISH_GROUP, kinds={"polars", "parquet"})
-    def post_processed(context: AssetExecutionContext) -> MaterializeResult:
+    def post_processed(context: AssetExecutionContext, artifacts: ArtifactStore) -> MaterializeResult:
         """Expensive post-processing of the stored raw rows: normalisation, dedup across sources, derived columns."""
-        rows = post_process(artifact_store(), context.partition_key)
+        rows = post_process(artifacts.store(), context.partition_key)
         return MaterializeResult(metadata={"dagster/row_count": rows})
 
     @asset(partitions_def=partitions_def, deps=[post_processed], group_name=PUBLISH_GROUP, kinds={"git"})
-    def processed_commit(context: AssetExecutionContext) -> MaterializeResult:
+    def processed_commit(context: AssetExecutionContext, data_repo: DataRepository,
+                         artifacts: ArtifactStore) -> MaterializeResult:
         """The week's post-processed rows committed to the data repository, in a commit of their own."""
-        return _commit(context, "processed")
+        return _commit(context, "processed", data_repo, artifacts)
 
     return [consolidated_raw_rows, raw_commit, post_processed, processed_commit]

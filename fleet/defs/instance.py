@@ -1,43 +1,37 @@
-"""The Dagster instance fleet uses: sqlite under ``FLEET_HOME/dagster``, with the scrapers pool and one run per week."""
+"""The Dagster instance fleet runs on. fleet writes a ``dagster.yaml`` only where there is none; the file is then
+the user's (Postgres, run monitoring, anything Dagster documents). At start, :func:`check_instance` refuses an
+instance that lacks what fleet relies on, in one line naming the missing key."""
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 
+import yaml
+
 from fleet.config import Settings
+from fleet.errors import FleetError
 
 POOL = "scrapers"
 
 
-# Every line a step or a scrape worker logs reaches the event log through context.log (the worker's stderr is
-# relayed line by line), so Dagster's raw stdout/stderr capture of each step only duplicates it. It costs each
-# step two `tail -F` processes and two watcher interpreters (~0.3 CPU-s per step, measured). FLEET_COMPUTE_LOGS=1
-# turns it back on.
-NO_COMPUTE_LOGS = """compute_logs:
+def dagster_yaml(s: Settings) -> str:
+    """The ``dagster.yaml`` fleet writes into a new home: sqlite storage (Dagster's default), the scrapers pool,
+    one run per week in the run queue, and run monitoring of each run's worker."""
+    # Every line a step or a scrape worker logs reaches the event log through context.log, so Dagster's raw
+    # stdout/stderr capture of each step only duplicates it, at two `tail -F` processes and two watcher
+    # interpreters per step. FLEET_COMPUTE_LOGS=1 keeps it.
+    compute_logs = "" if s.compute_logs else """compute_logs:
   module: dagster._core.storage.noop_compute_log_manager
   class: NoOpComputeLogManager
 """
-
-
-# Dagster's own sqlite event log, in its own files, with a connection kept open per file and process instead of
-# one opened per event (fleet/defs/storage.py). The runs and schedules databases stay Dagster's defaults.
-EVENT_LOG = """event_log_storage:
-  module: fleet.defs.storage
-  class: FleetSqliteEventLogStorage
-  config:
-    base_dir: {base_dir}
-"""
-
-
-def dagster_yaml(s: Settings) -> str:
-    events = EVENT_LOG.format(base_dir=json.dumps(os.path.join(str(s.dagster_home), "history", "runs", "")))
-    return f"""# Written by fleet. Edit FLEET_* settings rather than this file.
+    return f"""# Written by fleet for a new FLEET_HOME; yours to edit (fleet never overwrites it). fleet checks at start
+# that the scrapers pool limit, one run per dagster/partition and run monitoring are configured.
 telemetry:
   enabled: false
-{events}{"" if s.compute_logs else NO_COMPUTE_LOGS}concurrency:
+{compute_logs}concurrency:
   pools:
-    default_limit: {s.steps_in_flight}
+    # the cap on sources scraping at once, across runs; FLEET_MAX_PARALLEL must equal it
+    default_limit: {s.max_parallel}
     granularity: op
   runs:
     max_concurrent_runs: 8
@@ -50,10 +44,10 @@ telemetry:
 run_coordinator:
   module: dagster._core.run_coordinator
   class: QueuedRunCoordinator
-# DefaultRunLauncher, with a check that a started run's worker process still lives (fleet/defs/launcher.py):
+# DefaultRunLauncher with a check that a started run's worker process still lives (fleet/defs/compat.py):
 # run monitoring fails a run whose worker is gone, and the run-failure sensor follows it up
 run_launcher:
-  module: fleet.defs.launcher
+  module: fleet.defs.compat
   class: FleetRunLauncher
 run_monitoring:
   enabled: true
@@ -64,17 +58,70 @@ run_monitoring:
 
 
 def ensure_home(s: Settings) -> Path:
-    """Create ``FLEET_HOME`` and the Dagster home in it, point ``DAGSTER_HOME`` there, and return it."""
+    """Create ``FLEET_HOME`` and the Dagster home in it (``FLEET_HOME/dagster``), point ``DAGSTER_HOME`` there,
+    write fleet's ``dagster.yaml`` if the home has none, and return the Dagster home."""
     home = s.dagster_home
     home.mkdir(parents=True, exist_ok=True)
     cfg = home / "dagster.yaml"
-    text = dagster_yaml(s)
-    if not cfg.exists() or cfg.read_text() != text:
-        tmp = cfg.with_name(f".dagster.yaml.{os.getpid()}.tmp")  # two first runs at once must not share it
-        tmp.write_text(text)
-        os.replace(tmp, cfg)
+    if not cfg.exists():
+        tmp = cfg.with_name(f".dagster.yaml.{os.getpid()}.tmp")
+        tmp.write_text(dagster_yaml(s))
+        try:
+            os.link(tmp, cfg)  # only where there is still none: two first runs at once must not overwrite
+        except FileExistsError:
+            pass
+        finally:
+            tmp.unlink()
     os.environ["DAGSTER_HOME"] = str(home)
     return home
+
+
+def read_config(home: Path) -> dict:
+    cfg = home / "dagster.yaml"
+    try:
+        data = yaml.safe_load(cfg.read_text()) or {}
+    except (OSError, yaml.YAMLError) as exc:
+        raise FleetError(f"{cfg}: cannot be read as YAML ({exc})") from None
+    if not isinstance(data, dict):
+        raise FleetError(f"{cfg}: is not a mapping of Dagster's instance settings")
+    return data
+
+
+def _partition_limit(data: dict) -> bool:
+    runs = (data.get("concurrency") or {}).get("runs") or {}
+    coordinator = (data.get("run_coordinator") or {}).get("config") or {}
+    limits = [*(runs.get("tag_concurrency_limits") or []), *(coordinator.get("tag_concurrency_limits") or [])]
+    return any(isinstance(x, dict) and x.get("key") == "dagster/partition" and x.get("limit") == 1
+               and isinstance(x.get("value"), dict) and x["value"].get("applyLimitPerUniqueValue") for x in limits)
+
+
+def check_instance(s: Settings, instance) -> None:
+    """Refuse an instance without what fleet relies on, naming the missing ``dagster.yaml`` key: a limit for the
+    scrapers pool equal to ``FLEET_MAX_PARALLEL``, the run queue's limit of one run per ``dagster/partition``
+    (QueuedRunCoordinator), and run monitoring."""
+    home = Path(os.environ["DAGSTER_HOME"])
+    data = read_config(home)
+    where = home / "dagster.yaml"
+    limit = None
+    if POOL in set(instance.event_log_storage.get_concurrency_keys()):  # `dagster instance concurrency set`
+        limit = instance.event_log_storage.get_concurrency_info(POOL).slot_count
+    else:
+        limit = ((data.get("concurrency") or {}).get("pools") or {}).get("default_limit")
+    if limit is None:
+        raise FleetError(f"{where}: concurrency.pools.default_limit is missing: fleet's '{POOL}' pool needs a limit "
+                         f"(or set one with `dagster instance concurrency set {POOL} N`)")
+    if limit != s.max_parallel:
+        raise FleetError(f"the instance's '{POOL}' pool limit is {limit} but FLEET_MAX_PARALLEL is {s.max_parallel}; "
+                         f"the pool limit is the cap on sources scraping at once: make them equal")
+    if "QueuedRunCoordinator" not in str((data.get("run_coordinator") or {}).get("class", "")):
+        raise FleetError(f"{where}: run_coordinator is not Dagster's QueuedRunCoordinator; fleet needs the run queue "
+                         "for one run per week")
+    if not _partition_limit(data):
+        raise FleetError(f"{where}: concurrency.runs.tag_concurrency_limits has no limit of 1 per unique value of "
+                         "dagster/partition; fleet needs one run per week at a time")
+    if not (data.get("run_monitoring") or {}).get("enabled"):
+        raise FleetError(f"{where}: run_monitoring.enabled is not true; fleet needs run monitoring to fail runs "
+                         "whose worker died")
 
 
 def get_instance(s: Settings):
@@ -83,12 +130,9 @@ def get_instance(s: Settings):
     from dagster import DagsterInstance
 
     home = ensure_home(s)
-    # Two processes creating the sqlite schema at once race; the first to hold this lock creates it.
+    # Two processes creating a sqlite schema at once race; the first to hold this lock creates it.
     with open(home / ".init.lock", "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         instance = DagsterInstance.get()
-        # The pool cap must hold across concurrent runs, so it lives in the instance, not in a run's executor.
-        # It admits steps_in_flight steps; max_parallel of them scrape at once (fleet/scraping/slots.py).
-        if instance.event_log_storage.get_concurrency_info(POOL).slot_count != s.steps_in_flight:
-            instance.event_log_storage.set_concurrency_slots(POOL, s.steps_in_flight)
+    check_instance(s, instance)
     return instance

@@ -21,7 +21,6 @@ from typing import Iterable
 
 from dagster import AssetKey, DagsterEventType, DagsterInstance, DagsterRunStatus, RunsFilter
 
-from fleet.config import settings
 from fleet.storage import store as keys
 
 RAW_PREFIX = "raw__"
@@ -32,7 +31,7 @@ TAG_KIND = "fleet/kind"          # scrape | rerun | publish
 TAG_ATTEMPT = "fleet/attempt"
 TAG_RECOVERS = "fleet/recovers"
 TAG_FAILURE = "fleet/failure"    # infra | source | mixed
-TAG_DRIVER = "fleet/driver"      # cli when fleet run drives the policy itself
+TAG_DRIVER = "fleet/driver"      # cli for the runs `fleet run` launches
 PARTITION_TAG = "dagster/partition"
 
 
@@ -202,7 +201,7 @@ def published_in(instance: DagsterInstance, run) -> bool:
     return any(r.dagster_event.step_key == PUBLISH_STEP for r in records)
 
 
-def next_action(instance: DagsterInstance, run, max_reruns: int, outcomes: dict | None = None, store=None) -> Action:
+def next_action(instance: DagsterInstance, run, max_reruns: int, store, outcomes: dict | None = None) -> Action:
     """What should follow a finished run: re-execute its crashed sources (bounded), publish the week, or nothing.
 
     A crashed source is re-executed while its :func:`crash_reexecutions` for the week (this run's retries
@@ -211,8 +210,6 @@ def next_action(instance: DagsterInstance, run, max_reruns: int, outcomes: dict 
     outcomes = run_outcomes(instance, run) if outcomes is None else outcomes
     if not week or not outcomes:
         return Action("none", week, reason="not a scrape run")
-    if store is None:
-        store = keys.LocalArtifactStore(settings().store_root)
     crashed = sorted(s for s, o in outcomes.items() if o.category == "infra" and not settled(store, run, s))
     done = crash_reexecutions(instance, week, crashed)
     eligible = [s for s in crashed if done[s] < max_reruns]

@@ -1,4 +1,4 @@
-"""FleetRunLauncher.check_run_worker_health on fleet's instance, against real processes: the run worker a run's
+"""FleetRunLauncher.check_run_worker_health (fleet/defs/compat.py) on fleet's instance, against real processes: the run worker a run's
 ``fleet/run_worker`` tag names is alive, gone, or its pid now belongs to another process."""
 import json
 import os
@@ -7,7 +7,6 @@ import sys
 import time
 
 from dagster import job, op
-from dagster._core.launcher import WorkerStatus
 
 
 @op
@@ -31,7 +30,8 @@ def _instance(fleet_env, monkeypatch):
 
 
 def test_check_run_worker_health_on_real_processes(fleet_env, monkeypatch):
-    from fleet.defs.launcher import TAG, FleetRunLauncher, identity, process_start
+    from fleet.defs.compat import FleetRunLauncher
+    from fleet.defs.runworker import TAG, identity, process_start
 
     instance = _instance(fleet_env, monkeypatch)
     assert isinstance(instance.run_launcher, FleetRunLauncher)   # what the generated dagster.yaml configures
@@ -45,12 +45,12 @@ def test_check_run_worker_health_on_real_processes(fleet_env, monkeypatch):
     # tags missing: the run has no worker on record (this run never started, so no grace applies)
     run = instance.create_run_for_job(_tiny)
     res = health(run.run_id)
-    assert res.status == WorkerStatus.UNKNOWN and TAG in res.msg
+    assert res.status.name == "UNKNOWN" and TAG in res.msg
 
     # a real worker: a process that records itself on the run, as fleet's executors do, then waits
     worker = subprocess.Popen(
         [sys.executable, "-c", "import sys; from dagster import DagsterInstance; "
-         "from fleet.defs.launcher import record_run_worker; "
+         "from fleet.defs.runworker import record_run_worker; "
          f"record_run_worker(DagsterInstance.get(), {run.run_id!r}); print('ok', flush=True); sys.stdin.read()"],
         env={**os.environ, "PYTHONPATH": fleet_env.env["PYTHONPATH"]}, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
         text=True)
@@ -59,38 +59,38 @@ def test_check_run_worker_health_on_real_processes(fleet_env, monkeypatch):
         tag = json.loads(instance.get_run_by_id(run.run_id).tags[TAG])
         assert tag["pid"] == worker.pid and tag["start"] == process_start(worker.pid) is not None
         res = health(run.run_id)
-        assert res.status == WorkerStatus.RUNNING, res
+        assert res.status.name == "RUNNING", res
     finally:
         worker.kill()
     time.sleep(0.2)  # exited but not reaped: a zombie is gone too
-    assert health(run.run_id).status == WorkerStatus.FAILED
+    assert health(run.run_id).status.name == "FAILED"
     worker.wait()
     res = health(run.run_id)
-    assert res.status == WorkerStatus.FAILED and res.msg == f"the run's worker process (pid {worker.pid}) is gone", res
+    assert res.status.name == "FAILED" and res.msg == f"the run's worker process (pid {worker.pid}) is gone", res
 
     # pid reused: the tag names a pid that lives (this process), but with another start time
     reused = {**identity(), "start": process_start(os.getpid()) - 1}
     instance.add_run_tags(run.run_id, {TAG: json.dumps(reused)})
     res = health(run.run_id)
-    assert res.status == WorkerStatus.FAILED, res
+    assert res.status.name == "FAILED", res
     assert res.msg.startswith(f"the run's worker process (pid {os.getpid()}) is gone (pid {os.getpid()} is now another")
 
     # the same pid and start time: this very process is alive
     instance.add_run_tags(run.run_id, {TAG: json.dumps(identity())})
-    assert health(run.run_id).status == WorkerStatus.RUNNING
+    assert health(run.run_id).status.name == "RUNNING"
 
     # recorded before the last boot: gone, whatever lives at that pid now
     instance.add_run_tags(run.run_id, {TAG: json.dumps({**identity(), "boot": "another-boot"})})
     res = health(run.run_id)
-    assert res.status == WorkerStatus.FAILED and "rebooted" in res.msg
+    assert res.status.name == "FAILED" and "rebooted" in res.msg
 
 
 def test_a_just_started_run_without_its_worker_tag_is_given_time(fleet_env, monkeypatch):
     """The worker records itself as its executor starts, just after RUN_START: until the start timeout a
     started run without the tag is presumed running, after it UNKNOWN (which run monitoring fails)."""
-    from fleet.defs.launcher import worker_health
+    from fleet.defs.runworker import worker_health
 
     instance = _instance(fleet_env, monkeypatch)
     run = instance.create_run_for_job(_tiny)
-    assert worker_health(run, started_at=time.time() - 1, grace_s=180).status == WorkerStatus.RUNNING
-    assert worker_health(run, started_at=time.time() - 181, grace_s=180).status == WorkerStatus.UNKNOWN
+    assert worker_health(run, started_at=time.time() - 1, grace_s=180).status == "RUNNING"
+    assert worker_health(run, started_at=time.time() - 181, grace_s=180).status == "UNKNOWN"

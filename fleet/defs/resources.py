@@ -1,0 +1,85 @@
+"""fleet's settings as Dagster resources: the data repository, the artifact store, the browser and the alerts.
+
+They show on the UI's resources page. Their defaults come from the ``FLEET_*`` environment variables of the
+README (:func:`from_settings`); the git token is an ``EnvVar``, so the UI shows its name, never its value."""
+from __future__ import annotations
+
+import os
+from typing import Optional
+
+from dagster import ConfigurableResource, EnvVar
+
+from fleet.config import Settings
+from fleet.storage.store import LocalArtifactStore
+
+TOKEN_VAR = "FLEET_GIT_TOKEN"
+
+
+class DataRepository(ConfigurableResource):
+    """The git repository the week's rows are committed to (Git-LFS parquet under ``prefix``)."""
+
+    remote: str
+    """URL or path of the data repository (FLEET_DATA_REMOTE)."""
+    branch: str = "main"
+    """Branch to commit to (FLEET_DATA_BRANCH)."""
+    prefix: str = "data/"
+    """The only folder fleet ever changes (FLEET_DATA_PREFIX)."""
+    token: Optional[str] = None
+    """Token for an https remote (FLEET_GIT_TOKEN, as an EnvVar); never logged."""
+    clone_dir: str
+    """Where fleet keeps its working clone of the repository."""
+
+    def data_repo(self):
+        from fleet.publish.commit import DataRepo
+
+        return DataRepo(remote=self.remote, workdir=self.clone_dir, branch=self.branch, prefix=self.prefix,
+                        token=self.token or None)
+
+
+class ArtifactStore(ConfigurableResource):
+    """Where every stage's artifacts live, addressed by week (raw rows, evidence, consolidated and processed)."""
+
+    root: str
+    """A local folder (FLEET_HOME/artifacts)."""
+
+    def store(self) -> LocalArtifactStore:
+        return LocalArtifactStore(self.root)
+
+
+class Browser(ConfigurableResource):
+    """How sources are scraped: the Chromium binary and the scrape workers that drive it."""
+
+    chromium: str = ""
+    """The Chromium binary (FLEET_CHROMIUM); empty: the first found, the headless shell first."""
+    workers: str = "warm"
+    """warm: workers keep their browser between sources; fresh: a new worker per attempt (FLEET_WORKERS)."""
+    home: str
+    """FLEET_HOME: the scrape workers' folder and caches are under it."""
+
+    def worker_settings(self):
+        from fleet.scraping.settings import WorkerSettings
+
+        from fleet.config import chromium_path
+
+        return WorkerSettings.from_env(chromium=self.chromium or chromium_path(), workers=self.workers, home=self.home)
+
+
+class Alerts(ConfigurableResource):
+    """Where alerts go: always the log under FLEET_HOME/alerts, and a webhook when set."""
+
+    home: str
+    """FLEET_HOME: alerts are logged to alerts/alerts.jsonl under it."""
+    webhook: Optional[str] = None
+    """URL that receives one JSON POST per alert (FLEET_ALERT_WEBHOOK)."""
+
+
+def from_settings(s: Settings) -> dict:
+    """The resources for settings ``s``, keyed as the assets ask for them."""
+    return {
+        "data_repo": DataRepository(remote=s.data_remote, branch=s.branch, prefix=s.prefix,
+                                    token=EnvVar(TOKEN_VAR) if os.environ.get(TOKEN_VAR) else None,
+                                    clone_dir=str(s.clone_dir)),
+        "artifacts": ArtifactStore(root=str(s.store_root)),
+        "browser": Browser(chromium=os.environ.get("FLEET_CHROMIUM", "").strip(), workers=s.workers, home=str(s.home)),
+        "alerts": Alerts(home=str(s.home), webhook=os.environ.get("FLEET_ALERT_WEBHOOK", "").strip() or None),
+    }
