@@ -30,7 +30,7 @@ def resolve_week(week: str | None, option: str = "--week") -> str:
         w = week_key(week) if week is not None else last_complete_week(dt.date.today()).isoformat()
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint=option) from None
-    return check_week_in_partitions(w)
+    return check_week_in_partitions(w, settings().start_week)
 
 
 @contextlib.contextmanager

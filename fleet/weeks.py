@@ -51,15 +51,12 @@ def last_partition_week(now: dt.datetime | None = None) -> dt.date:
     return parse_week(now.astimezone(dt.timezone.utc).date())
 
 
-def check_week_in_partitions(week: str | dt.date, start_week: str | None = None, now: dt.datetime | None = None) -> str:
+def check_week_in_partitions(week: str | dt.date, start_week: str, now: dt.datetime | None = None) -> str:
     """The partition key of ``week``, or a FleetError when the weekly partitions do not hold it: before
     ``FLEET_START_WEEK`` (``start_week``) or after the week in progress. Without importing Dagster; the
     partitions definition agrees (fleet_tests/test_definitions.py)."""
     from fleet.errors import FleetError
 
-    if start_week is None:
-        from fleet.config import settings
-        start_week = settings().start_week
     day, first = parse_week(week), parse_week(start_week)
     last = max(first, last_partition_week(now))
     if day < first:

@@ -137,16 +137,16 @@ def test_the_weeks_in_partitions_are_dagsters(monkeypatch):
         for i in range(-3, 60):
             week = dt.date(2026, 1, 5) + dt.timedelta(weeks=i)
             try:
-                held = check_week_in_partitions(week, now=now) == week.isoformat()
+                held = check_week_in_partitions(week, "2026-W02", now=now) == week.isoformat()
             except FleetError:
                 held = False
             assert held == (week.isoformat() in keys), (now, week)
     now = dt.datetime(2026, 12, 9, tzinfo=utc)
     with pytest.raises(FleetError, match=r"week 2025-12-29 is before the first weekly partition, 2026-01-05 \(FLEET_START_WEEK\)"):
-        check_week_in_partitions("2026-W01", now=now)
+        check_week_in_partitions("2026-W01", "2026-W02", now=now)
     with pytest.raises(FleetError, match="week 2026-12-14 has not started: the last weekly partition is 2026-12-07"):
-        check_week_in_partitions("2026-W51", now=now)
-    assert check_week_in_partitions("2026-W50", now=now) == "2026-12-07"
+        check_week_in_partitions("2026-W51", "2026-W02", now=now)
+    assert check_week_in_partitions("2026-W50", "2026-W02", now=now) == "2026-12-07"
 
 
 SCHEDULE_PROBE = """import datetime as dt, json
