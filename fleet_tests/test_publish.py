@@ -86,6 +86,9 @@ def test_first_commit_lands_only_the_prefix_as_lfs(bare, tmp_path, caplog):
     assert_lfs_content(bare, f"data/{REL}", art)
     assert gr.hook_rejections(bare) == []
     assert "committed" in caplog.text
+    # GitPython's Repo is closed after the commit: no git process (a cat-file batch, say) outlives it
+    children = [c for t in Path("/proc/self/task").iterdir() for c in (t / "children").read_text().split()]
+    assert children == []
 
 
 def test_same_files_again_is_up_to_date(bare, tmp_path):
