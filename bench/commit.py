@@ -1,4 +1,4 @@
-"""commit: fleet.publish.commit.commit_files of one large random file to a fresh local bare remote with LFS,
+"""commit: fleet.publish.commit_files of one large random file to a fresh local bare remote with LFS,
 vs a plain shell sequence in a fresh clone (clone, git lfs track, add, commit, git lfs push, git push)."""
 from __future__ import annotations
 

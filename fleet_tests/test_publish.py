@@ -20,6 +20,9 @@ import pytest
 
 from fleet.errors import CommitError
 from fleet.publish import commit as commit_mod
+from fleet.publish import lfs as lfs_mod
+from fleet.publish import remote as remote_mod
+from fleet.publish import snapshot as snapshot_mod
 from fleet.publish import CommitResult, DataRepo, commit_files, ensure_remote, redact
 from fleet_tests import gitremote as gr
 
@@ -45,7 +48,7 @@ def artifact(tmp_path: Path, name: str, size: int = 50_000, seed: int | None = N
 
 def data_repo(bare: Path, tmp_path: Path, name: str = "clone", **kw) -> DataRepo:
     kw.setdefault("base_wait_s", 0.02)
-    return DataRepo(remote=str(bare), workdir=tmp_path / name, **kw)
+    return DataRepo(remote=str(bare), clone_dir=tmp_path / name, **kw)
 
 
 def assert_lfs_content(bare: Path, path: str, art: Path, ref: str = "main") -> None:
@@ -83,6 +86,9 @@ def test_first_commit_lands_only_the_prefix_as_lfs(bare, tmp_path, caplog):
     assert_lfs_content(bare, f"data/{REL}", art)
     assert gr.hook_rejections(bare) == []
     assert "committed" in caplog.text
+    # GitPython's Repo is closed after the commit: no git process (a cat-file batch, say) outlives it
+    children = [c for t in Path("/proc/self/task").iterdir() for c in (t / "children").read_text().split()]
+    assert children == []
 
 
 def test_same_files_again_is_up_to_date(bare, tmp_path):
@@ -148,7 +154,7 @@ def test_snapshot_is_a_hard_link_and_git_never_writes_through_it(bare, tmp_path,
     art = artifact(tmp_path, "raw.parquet")
     want = sha256(art)
     snaps = []
-    monkeypatch.setattr(commit_mod, "_after_snapshot", lambda arts: snaps.extend(arts))
+    monkeypatch.setattr(snapshot_mod, "_after_snapshot", lambda arts: snaps.extend(arts))
     repo = data_repo(bare, tmp_path)
     assert commit_files(repo, {REL: art}, subject="ours", idempotency_key="ours").status == "committed"
     assert snaps[0].linked is not None and snaps[0].linked[0] == art.stat().st_ino
@@ -178,7 +184,7 @@ def test_artifact_rewritten_in_place_is_committed_from_a_private_copy(bare, tmp_
         with open(art, "r+b") as fh:  # in place: same inode
             fh.write(rewritten)
 
-    monkeypatch.setattr(commit_mod, "_after_snapshot", rewrite)
+    monkeypatch.setattr(snapshot_mod, "_after_snapshot", rewrite)
     caplog.set_level(logging.WARNING)
     res = commit_files(data_repo(bare, tmp_path), {REL: art}, subject="ours", idempotency_key="ours",
                        log=logging.getLogger("fleet.test"))
@@ -254,7 +260,7 @@ def test_lfs_objects_are_in_the_remote_store_before_the_push_because_fleet_uploa
     seen = []
 
     def before_push(repo, attempt):
-        (repo.workdir / ".git" / "hooks" / "pre-push").unlink(missing_ok=True)
+        (repo.clone_dir / ".git" / "hooks" / "pre-push").unlink(missing_ok=True)
         seen.append(gr.lfs_object(bare, sha256(art)).is_file())
 
     monkeypatch.setattr(commit_mod, "_before_push", before_push)
@@ -263,7 +269,7 @@ def test_lfs_objects_are_in_the_remote_store_before_the_push_because_fleet_uploa
     assert_lfs_content(bare, f"data/{REL}", art)
     assert gr.hook_rejections(bare) == []
 
-    monkeypatch.setattr(commit_mod._Publisher, "_push_lfs", lambda self, objects: None)
+    monkeypatch.setattr(lfs_mod, "push_objects", lambda repo, remote, objects: None)
     other = artifact(tmp_path, "other.parquet")
     with pytest.raises(CommitError, match="GH008"):
         commit_files(data_repo(bare, tmp_path, attempts=1), {"2026-11-23/raw.parquet": other}, subject="raw",
@@ -319,17 +325,17 @@ def test_links_pushed_by_others_are_never_written_through(bare, tmp_path, link):
 
 
 def test_permanence_is_read_from_gits_words_not_from_urls_or_paths(tmp_path):
-    assert commit_mod._permanent("remote: error: GH006: Protected branch update failed for refs/heads/main.")
-    assert commit_mod._permanent("remote: error: GH001: Large files detected.")
-    assert commit_mod._permanent("! [remote rejected] main -> main (refusing to update checked out branch: ...)")
-    assert commit_mod._permanent("fatal: could not read Password for 'https://x.test': terminal prompts disabled")
+    assert remote_mod.permanent("remote: error: GH006: Protected branch update failed for refs/heads/main.")
+    assert remote_mod.permanent("remote: error: GH001: Large files detected.")
+    assert remote_mod.permanent("! [remote rejected] main -> main (refusing to update checked out branch: ...)")
+    assert remote_mod.permanent("fatal: could not read Password for 'https://x.test': terminal prompts disabled")
     refused = ("`git ls-remote http://127.0.0.1:1/org/workflow-permission-denied.git refs/heads/main` exited 128: "
                "fatal: unable to access 'http://127.0.0.1:1/org/workflow-permission-denied.git/': Failed to "
                "connect to 127.0.0.1 port 1: Connection refused")
-    assert not commit_mod._permanent(refused)
-    assert not commit_mod._permanent("fatal: '/srv/repository not found/data.git' does not exist")
+    assert not remote_mod.permanent(refused)
+    assert not remote_mod.permanent("fatal: '/srv/repository not found/data.git' does not exist")
     # through the loop: a refused connection to such a URL is retried to the end, not given up at once
-    repo = DataRepo(remote="http://127.0.0.1:1/org/workflow-data.git", workdir=tmp_path / "clone", attempts=2,
+    repo = DataRepo(remote="http://127.0.0.1:1/org/workflow-data.git", clone_dir=tmp_path / "clone", attempts=2,
                     base_wait_s=0.01)
     with pytest.raises(CommitError, match="after 2 attempts"):
         commit_files(repo, {REL: artifact(tmp_path, "raw.parquet")}, subject="s", idempotency_key="k")
@@ -343,7 +349,7 @@ def test_a_remote_that_cannot_take_the_push_is_refused_at_once(tmp_path):
     gr.git("add", "-A", cwd=work)
     gr.git("commit", "-q", "-m", "init", cwd=work)
     with pytest.raises(CommitError, match="refusing to update checked out branch.*|retrying will not help") as err:
-        commit_files(DataRepo(remote=str(work), workdir=tmp_path / "clone", base_wait_s=5),
+        commit_files(DataRepo(remote=str(work), clone_dir=tmp_path / "clone", base_wait_s=5),
                      {REL: artifact(tmp_path, "raw.parquet")}, subject="s", idempotency_key="k")
     assert "retrying will not help" in str(err.value) and "checked out branch" in str(err.value)
 
@@ -362,25 +368,25 @@ def test_a_file_outside_lfs_is_committed_beside_the_parquet(bare, tmp_path):
 def test_remotes_and_branches_that_git_would_refuse_are_clear_errors(tmp_path, monkeypatch):
     for branch in ("a..b", "topic.lock", "x/", "@{u}", "-x", "a b"):
         with pytest.raises(CommitError, match="not a usable branch name"):
-            DataRepo(remote=str(tmp_path / "r.git"), workdir=tmp_path / "clone", branch=branch)
+            DataRepo(remote=str(tmp_path / "r.git"), clone_dir=tmp_path / "clone", branch=branch)
     a_file = tmp_path / "remote-file"
     a_file.write_text("not a repository\n")
     with pytest.raises(CommitError, match="exists and is not a directory"):
-        ensure_remote(DataRepo(remote=str(a_file), workdir=tmp_path / "clone"))
+        ensure_remote(DataRepo(remote=str(a_file), clone_dir=tmp_path / "clone"))
     # "~" is expanded for git too, not only for ensure_remote
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
-    repo = DataRepo(remote="~/data.git", workdir=tmp_path / "clone", base_wait_s=0.01)
+    repo = DataRepo(remote="~/data.git", clone_dir=tmp_path / "clone", base_wait_s=0.01)
     ensure_remote(repo)
     res = commit_files(repo, {REL: artifact(tmp_path, "raw.parquet")}, subject="s", idempotency_key="k")
     assert res.status == "committed" and (tmp_path / "home" / "data.git" / "HEAD").is_file()
 
 
 def test_staged_path_outside_the_allowlist_aborts(bare, tmp_path, monkeypatch):
-    def sneaky(self):  # a bug that writes outside the prefix and asks for it to be staged
-        (self.wd / "README.md").write_text("overwritten\n")
+    def sneaky(workdir, prefix):  # a bug that writes outside the prefix and asks for it to be staged
+        (workdir / "README.md").write_text("overwritten\n")
         return "README.md"
 
-    monkeypatch.setattr(commit_mod._Publisher, "_ensure_attributes", sneaky)
+    monkeypatch.setattr(lfs_mod, "ensure_attributes", sneaky)
     before = gr.log(bare)
     with pytest.raises(CommitError, match=r"bug: staged changes outside .*README\.md"):
         commit_files(data_repo(bare, tmp_path), {REL: artifact(tmp_path, "a.parquet")}, subject="s",
@@ -416,7 +422,7 @@ def test_commits_as_fleet_when_no_identity_is_configured(bare, tmp_path, monkeyp
 
 def test_empty_remote_and_ensure_remote(tmp_path):
     remote = tmp_path / "made" / "data.git"
-    repo = DataRepo(remote=str(remote), workdir=tmp_path / "clone", branch="trunk", base_wait_s=0.02)
+    repo = DataRepo(remote=str(remote), clone_dir=tmp_path / "clone", branch="trunk", base_wait_s=0.02)
     ensure_remote(repo)
     ensure_remote(repo)  # idempotent
     assert gr.git("symbolic-ref", "HEAD", cwd=remote).stdout.decode().strip() == "refs/heads/trunk"
@@ -442,7 +448,7 @@ def test_bad_inputs_are_refused_before_touching_git(bare, tmp_path):
     with pytest.raises(CommitError, match="is a Git LFS pointer"):
         commit_files(repo, {REL: pointer}, subject="s", idempotency_key="k")
     with pytest.raises(CommitError, match="prefix"):
-        DataRepo(remote=str(bare), workdir=tmp_path / "c", prefix="../data/")
+        DataRepo(remote=str(bare), clone_dir=tmp_path / "c", prefix="../data/")
     assert not (tmp_path / "clone").exists()
 
 
@@ -451,16 +457,16 @@ def test_broken_or_foreign_workdir_is_recovered(bare, tmp_path):
     a1, a2 = artifact(tmp_path, "a1.parquet"), artifact(tmp_path, "a2.parquet")
     commit_files(repo, {"w1/raw.parquet": a1}, subject="w1", idempotency_key="w1")
     # What a killed run leaves behind: a stale index lock, a half-written temp file, a local commit.
-    (repo.workdir / ".git" / "index.lock").write_text("")
-    (repo.workdir / "data" / "w1" / ".raw.parquet.fleet-tmp-1-1").write_bytes(b"half")
-    (repo.workdir / "src" / "app.py").write_text("local junk\n")
+    (repo.clone_dir / ".git" / "index.lock").write_text("")
+    (repo.clone_dir / "data" / "w1" / ".raw.parquet.fleet-tmp-1-1").write_bytes(b"half")
+    (repo.clone_dir / "src" / "app.py").write_text("local junk\n")
     res = commit_files(repo, {"w2/raw.parquet": a2}, subject="w2", idempotency_key="w2")
     assert res.status == "committed" and gr.log(bare)[0]["files"] == ["data/w2/raw.parquet"]
     # A clone of some other remote at the workdir is replaced by a fresh clone.
-    gr.git("remote", "set-url", "origin", str(tmp_path / "elsewhere.git"), cwd=repo.workdir)
+    gr.git("remote", "set-url", "origin", str(tmp_path / "elsewhere.git"), cwd=repo.clone_dir)
     assert commit_files(repo, {"w2/raw.parquet": a2}, subject="w2", idempotency_key="w2").status == "up_to_date"
     # A directory that is not a clone is never deleted.
-    foreign = DataRepo(remote=str(bare), workdir=tmp_path / "precious")
+    foreign = DataRepo(remote=str(bare), clone_dir=tmp_path / "precious")
     (tmp_path / "precious").mkdir()
     (tmp_path / "precious" / "notes.txt").write_text("mine")
     with pytest.raises(CommitError, match="refusing to delete"):
@@ -474,14 +480,14 @@ def test_token_never_appears_in_errors_or_logs(tmp_path, caplog):
     log = logging.getLogger("fleet.test.token")
     for remote, token in (("https://x:SECRET123@127.0.0.1:9/repo.git", None),
                           ("https://127.0.0.1:9/repo.git", "SECRET123")):
-        repo = DataRepo(remote=remote, workdir=tmp_path / "clone", token=token, attempts=2, base_wait_s=0.01)
+        repo = DataRepo(remote=remote, clone_dir=tmp_path / "clone", token=token, attempts=2, base_wait_s=0.01)
         with pytest.raises(CommitError) as err:
             commit_files(repo, {REL: art}, subject="s", idempotency_key="k", log=log)
         text = str(err.value)
         assert "127.0.0.1" in text and "branch main" in text
         assert "SECRET123" not in text and "SECRET123" not in repr(repo)
     assert "SECRET123" not in caplog.text and caplog.text
-    repo = DataRepo(remote="https://x:SECRET123@h/r.git", workdir=tmp_path / "c")
+    repo = DataRepo(remote="https://x:SECRET123@h/r.git", clone_dir=tmp_path / "c")
     assert "SECRET123" not in redact("fatal: https://x:SECRET123@h/r.git SECRET123 "
                                      "Authorization: Basic eDpTRUNSRVQxMjM=", repo)
     assert "eDpTRUNSRVQxMjM=" not in redact("header eDpTRUNSRVQxMjM=", repo)
@@ -509,7 +515,7 @@ def test_token_travels_as_a_header_and_refusal_is_not_retried(tmp_path):
         for remote, token, user in ((f"http://bot:SECRET123@127.0.0.1:{port}/org/data.git", None, "bot"),
                                     (f"http://127.0.0.1:{port}/org/data.git", "SECRET123", "x-access-token")):
             seen.clear()
-            repo = DataRepo(remote=remote, workdir=tmp_path / "clone", token=token, base_wait_s=5)
+            repo = DataRepo(remote=remote, clone_dir=tmp_path / "clone", token=token, base_wait_s=5)
             t0 = time.monotonic()
             with pytest.raises(CommitError) as err:
                 commit_files(repo, {REL: artifact(tmp_path, "a.parquet")}, subject="s", idempotency_key="k")
@@ -555,7 +561,7 @@ DRIVER = r'''
 import json, sys, time
 from pathlib import Path
 sys.path.insert(0, {root!r})
-from fleet.publish import commit as c
+from fleet.publish import snapshot
 from fleet.publish import DataRepo, commit_files
 
 cfg = json.loads(sys.argv[1])
@@ -565,9 +571,9 @@ if cfg.get("slow_copy"):
         if not marker.exists():
             marker.write_text("copying")
         time.sleep(cfg["slow_copy"])
-    c._on_copy_chunk = slow
-    c.LINK_SNAPSHOTS = False  # the copy path: a link takes no time to be killed in
-repo = DataRepo(remote=cfg["remote"], workdir=Path(cfg["workdir"]), base_wait_s=0.05)
+    snapshot._on_copy_chunk = slow
+    snapshot.LINK = False  # the copy path: a link takes no time to be killed in
+repo = DataRepo(remote=cfg["remote"], clone_dir=Path(cfg["workdir"]), base_wait_s=0.05)
 res = commit_files(repo, {{k: Path(v) for k, v in cfg["files"].items()}}, subject=cfg["subject"],
                    idempotency_key=cfg["subject"])
 status = Path("/proc/self/status").read_text()

@@ -9,6 +9,7 @@ import pytest
 
 from fleet.config import settings
 from fleet.errors import FleetError
+from fleet.publish import DataRepo
 from fleet.publish.week import commit_stage, describe
 from fleet.storage import store as keys
 from fleet.storage.store import LocalArtifactStore
@@ -24,7 +25,7 @@ def week_env(tmp_path, monkeypatch):
     monkeypatch.setenv("FLEET_DATA_REMOTE", str(remote))
     s = settings()
     store = LocalArtifactStore(s.store_root)
-    return s, store, remote
+    return DataRepo.from_settings(s), store, remote
 
 
 def _consolidated(store, rows: int) -> None:

@@ -1,9 +1,10 @@
 """A week's two commits (raw, then processed) from the stored artifacts, through the LFS-safe commit loop."""
 from __future__ import annotations
 
-from fleet.config import Settings
 from fleet.errors import FleetError
-from fleet.publish.commit import CommitResult, DataRepo, commit_files, ensure_remote
+from fleet.publish import message
+from fleet.publish.commit import CommitResult, commit_files
+from fleet.publish.datarepo import DataRepo, ensure_remote
 from fleet.storage import store as keys
 from fleet.storage.store import ArtifactStore
 
@@ -11,7 +12,7 @@ LANDED = ("committed", "up_to_date")
 STAGE_FILES = {"raw": (keys.CONSOLIDATED_KEY, "raw.parquet"), "processed": (keys.PROCESSED_KEY, "processed.parquet")}
 
 
-def commit_stage(s: Settings, store: ArtifactStore, week: str, stage: str, *, run_id: str, log=None) -> CommitResult:
+def commit_stage(repo: DataRepo, store: ArtifactStore, week: str, stage: str, *, run_id: str, log=None) -> CommitResult:
     """Commit ``stage`` (raw | processed) of ``week``; the stored artifact is the source of truth."""
     if stage not in STAGE_FILES:
         raise FleetError(f"unknown stage {stage!r}: use raw or processed")
@@ -22,25 +23,12 @@ def commit_stage(s: Settings, store: ArtifactStore, week: str, stage: str, *, ru
     if stage == "processed":
         _refuse_stale_processed(store, week, artifact)
     summary = store.read_json(week, keys.CONSOLIDATED_META_KEY, {}) or {}
-    included = summary.get("included", {})
-    missing = summary.get("missing", {})
-    kept = summary.get("kept", {})
-    subject = f"fleet: {stage} rows for week {week}"
-    lines = [f"Week: {week}", f"Stage: {stage}", f"Run: {run_id}",
-             f"Sources included ({len(included)}): " + (", ".join(f"{k} ({v} rows)" for k, v in sorted(included.items())) or "none")]
-    if kept:
-        lines.append(f"Sources whose latest attempt failed, with the rows of an earlier attempt this week ({len(kept)}): "
-                     + ", ".join(f"{k} ({v.get('status')}{', ' + v['category'] if v.get('category') else ''})"
-                                 for k, v in sorted(kept.items())))
-    if missing:
-        lines.append(f"Sources missing ({len(missing)}): " + ", ".join(
-            f"{k} ({v.get('status')}{', ' + v['category'] if v.get('category') else ''})" for k, v in sorted(missing.items())))
+    subject, body = message.for_week(week, stage, run_id, summary)
     before = store.read_json(week, keys.commit_key(stage)) or {}
     landed = before.get("sha") if before.get("status") in LANDED else before.get("last_landed")
     try:
-        repo = DataRepo.from_settings(s)
         ensure_remote(repo)
-        result = commit_files(repo, {f"{week}/{filename}": artifact}, subject=subject, body="\n".join(lines),
+        result = commit_files(repo, {f"{week}/{filename}": artifact}, subject=subject, body=body,
                               idempotency_key=f"{week}:{stage}", key_with_content=True, log=log)
     except FleetError as exc:
         # The record says what the last attempt did: `fleet status` must not go on showing an older success.

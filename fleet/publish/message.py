@@ -1,0 +1,50 @@
+"""Commit messages: a one-line subject, a body (for a week: what it holds, from the consolidation's summary), and the
+idempotency trailer by which a rerun recognises a commit that landed the same content already."""
+from __future__ import annotations
+
+from fleet.publish.remote import Say
+
+TRAILER = "Fleet-Idempotency-Key"
+
+
+def check(subject: str, key: str, say: Say) -> None:
+    """Refuse a subject or key that would not make a well-formed message, before anything is touched."""
+    subject = subject.strip()
+    if not subject or "\n" in subject:
+        raise say.fail(f"commit subject must be one non-empty line, got {subject!r}")
+    key = key.strip()
+    if not key or any(c in key for c in "\r\n"):
+        raise say.fail(f"idempotency key must be one non-empty line, got {key!r}")
+
+
+def content_key(key: str, oids: list[str]) -> str:
+    """``key`` followed by ``:<sha256>`` of each file, in path order."""
+    return ":".join([key.strip(), *oids])
+
+
+def build(subject: str, body: str, key: str, say: Say) -> str:
+    check(subject, key, say)
+    parts = [say.redact(subject.strip())]
+    if body.strip():
+        parts.append(say.redact(body.strip()))
+    parts.append(f"{TRAILER}: {say.redact(key.strip())}")
+    return "\n\n".join(parts) + "\n"
+
+
+def for_week(week: str, stage: str, run_id: str, summary: dict) -> tuple[str, str]:
+    """Subject and body of a week's stage commit: the sources included, kept from an earlier attempt, and missing."""
+    included, kept, missing = (summary.get(k, {}) for k in ("included", "kept", "missing"))
+    lines = [f"Week: {week}", f"Stage: {stage}", f"Run: {run_id}",
+             f"Sources included ({len(included)}): "
+             + (", ".join(f"{k} ({v} rows)" for k, v in sorted(included.items())) or "none")]
+    if kept:
+        lines.append("Sources whose latest attempt failed, with the rows of an earlier attempt this week "
+                     f"({len(kept)}): {_outcomes(kept)}")
+    if missing:
+        lines.append(f"Sources missing ({len(missing)}): {_outcomes(missing)}")
+    return f"fleet: {stage} rows for week {week}", "\n".join(lines)
+
+
+def _outcomes(sources: dict[str, dict]) -> str:
+    return ", ".join(f"{k} ({v.get('status')}{', ' + v['category'] if v.get('category') else ''})"
+                     for k, v in sorted(sources.items()))
