@@ -66,7 +66,7 @@ def run_week(week: str, sources: tuple[str, ...] = (), deep: tuple[str, ...] = (
     from fleet.defs.instance import get_instance
     from fleet.policy import taxonomy as tx
     from fleet.policy.followup import drive
-    from fleet.publish.commit import check_remote
+    from fleet.publish import check_remote
 
     s = settings()
     # Refused before the week is scraped: a bad FLEET_DATA_BRANCH or FLEET_DATA_PREFIX, a FLEET_DATA_REMOTE that is a

@@ -30,9 +30,9 @@ class DataRepository(ConfigurableResource):
     """Where fleet keeps its working clone of the repository."""
 
     def data_repo(self):
-        from fleet.publish.commit import DataRepo
+        from fleet.publish import DataRepo
 
-        return DataRepo(remote=self.remote, workdir=self.clone_dir, branch=self.branch, prefix=self.prefix,
+        return DataRepo(remote=self.remote, clone_dir=self.clone_dir, branch=self.branch, prefix=self.prefix,
                         token=self.token or None)
 
 
