@@ -39,6 +39,10 @@ GREETING = "fleet-worker"
 DONE = "\x1efleet-worker-done"
 CONNECT_TIMEOUT_S = 10.0
 
+# The workers this process started, by pid: a step that runs several sources (Dagster's step reuse) can then say
+# how one of them ended in a later lease too, and reaps it.
+_children: dict[int, subprocess.Popen] = {}
+
 
 class WorkerStartError(FleetError):
     """A new worker exited or did not get its browser up in time (an infra failure)."""
@@ -54,17 +58,13 @@ class Lease:
     (``pid``, ``stderr``, ``poll``, ``wait``, ``returncode``). :meth:`release` gives it back."""
 
     def __init__(self, directory: Path, wid: str, pid: int, served: int, conn: socket.socket, reader, lock_fd: int,
-                 popen: subprocess.Popen | None):
-        self.directory, self.wid, self.pid, self.served = directory, wid, pid, served
-        self.popen = popen  # set when this step started the worker: only then can it learn how the worker ended
+                 new: bool):
+        self.directory, self.wid, self.pid, self.served, self.new = directory, wid, pid, served, new
+        self.popen = _children.get(pid)  # only the process that started the worker learns how it ended
         self.returncode: int | None = None
         self.finished: str | None = None  # "reuse" or "retire", once the worker said it is done
         self._conn, self._reader, self._lock_fd = conn, reader, lock_fd
         self._ended = threading.Event()
-
-    @property
-    def new(self) -> bool:
-        return self.popen is not None
 
     def start(self, spec_path: Path, env: dict[str, str], cwd: str) -> None:
         """Run the attempt of ``spec_path`` with the step's environment and working directory. They go over the
@@ -105,7 +105,7 @@ class Lease:
     def exit_reason(self) -> str:
         code = self.poll()
         if code is None or (code == -1 and self.popen is None):
-            return "it was started by an earlier step, so its exit status is unknown here"
+            return "it was started by another process, so its exit status is unknown here"
         return f"killed by signal {signal.Signals(-code).name}" if code < 0 else f"exit code {code}"
 
     def release(self) -> None:
@@ -121,10 +121,11 @@ class Lease:
             if self.popen is not None:
                 with contextlib.suppress(subprocess.TimeoutExpired):
                     self.popen.wait(5)
+                    _children.pop(self.pid, None)
         os.close(self._lock_fd)  # unlocks
 
 
-def _connect(directory: Path, wid: str, pid: int, lock_fd: int, popen) -> Lease:
+def _connect(directory: Path, wid: str, pid: int, lock_fd: int, new: bool) -> Lease:
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         conn.settimeout(CONNECT_TIMEOUT_S)
@@ -138,7 +139,7 @@ def _connect(directory: Path, wid: str, pid: int, lock_fd: int, popen) -> Lease:
     except BaseException:
         conn.close()
         raise
-    return Lease(directory, wid, pid, int(served), conn, reader, lock_fd, popen)
+    return Lease(directory, wid, pid, int(served), conn, reader, lock_fd, new)
 
 
 def _try_take(directory: Path, wid: str) -> Lease | None:
@@ -151,7 +152,7 @@ def _try_take(directory: Path, wid: str) -> Lease | None:
         return None
     if pid is not None and alive(pid):
         try:
-            return _connect(directory, wid, pid, fd, None)
+            return _connect(directory, wid, pid, fd, False)
         except (OSError, ValueError):
             kill_tree(pid)  # alive but not answering: it is ours to clear, we hold its lock
     workerdir.remove(directory, wid)
@@ -164,6 +165,9 @@ def lease(settings: WorkerSettings) -> Lease:
     ``WorkerStartError``."""
     directory = settings.workers_dir
     directory.mkdir(parents=True, exist_ok=True)
+    for pid, popen in list(_children.items()):  # reap the ones that left since
+        if popen.poll() is not None:
+            del _children[pid]
     for wid in workerdir.worker_ids(directory):
         taken = _try_take(directory, wid)
         if taken is not None:
@@ -188,6 +192,7 @@ def _start(settings: WorkerSettings) -> Lease:
                                       str(settings.node_cache or "")],
                                      stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                                      start_new_session=True, close_fds=True)
+        _children[popen.pid] = popen
         files["pid"].write_text(str(popen.pid))
         os.replace(tmp_lock, files["lock"])
         deadline = time.monotonic() + settings.startup_s
@@ -199,12 +204,13 @@ def _start(settings: WorkerSettings) -> Lease:
             if time.monotonic() > deadline:
                 raise WorkerStartError(f"the browser did not start within {settings.startup_s:g}s")
             time.sleep(0.02)
-        return _connect(directory, wid, popen.pid, fd, popen)
+        return _connect(directory, wid, popen.pid, fd, True)
     except BaseException as exc:
         if popen is not None:
             kill_tree(popen.pid)
             with contextlib.suppress(subprocess.TimeoutExpired):
                 popen.wait(5)
+                _children.pop(popen.pid, None)
         workerdir.remove(directory, wid)
         tmp_lock.unlink(missing_ok=True)
         os.close(fd)
