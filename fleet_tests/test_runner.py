@@ -2,7 +2,6 @@
 what an attempt's outcome says when the scraper times out on its own, closes its own page, hangs at import or
 blocks its event loop, how attempts of one week merge, and what a failed re-scrape leaves for consolidation."""
 import os
-import re
 import textwrap
 import time
 

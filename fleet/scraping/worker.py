@@ -124,7 +124,6 @@ async def run(spec: dict) -> dict:
 
 async def scrape(own: OwnBrowser, spec: dict) -> dict:
     """One source attempt in a fresh browser context of ``own``'s browser; the context is closed before returning."""
-    browser = own.browser
     source = Source(name=spec["source"], module_path=Path(spec["module_path"]), class_name=spec["class_name"],
                     description="", schema=None, key=(), timeout_s=spec["timeout_s"])
     work = Path(spec["work_dir"])
@@ -141,6 +140,7 @@ async def scrape(own: OwnBrowser, spec: dict) -> dict:
                         retry=RetryPolicy(**spec.get("retry", {})), logger=log,
                         progress_path=Path(spec.get("progress_path") or work / "last_url.txt"),
                         step_pid=spec.get("step_pid"))
+    browser = own.browser
     gone = asyncio.Event()  # set when the browser or this source's renderer dies: no page will answer again
 
     def on_gone(*_):
