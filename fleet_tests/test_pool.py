@@ -5,6 +5,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -225,8 +226,25 @@ def test_a_worker_being_started_is_not_cleared_away_by_another_step(home):
     starting.touch()
     out, rows = _run(home, "probe")  # leases: scans the folder for idle workers, then starts one
     assert out.status == "ok"
-    assert pool.stop(workers) == 1  # the probe's worker, not the one being started
+    assert pool.stop_idle(workers) == 1  # the probe's worker, not the one being started
     assert starting.exists()
+    _wait_dead(rows[0]["pid"])
+
+
+def test_stop_idle_leaves_a_worker_in_use_alone(home, tmp_path):
+    """A step holds its worker's lock while the source runs: ``stop_idle`` (the end of ``fleet run``) skips it."""
+    step = threading.Thread(target=_run, args=(home, "lingers"))
+    step.start()
+    marker = tmp_path / "lingers.pid"
+    deadline = time.monotonic() + 90
+    while not marker.exists():
+        assert step.is_alive() and time.monotonic() < deadline, "lingers never started"
+        time.sleep(0.1)
+    assert pool.stop_idle(home / "workers") == 0
+    assert alive(int(marker.read_text()))
+    pool.stop(home / "workers")  # in use or not
+    step.join(timeout=30)
+    assert not step.is_alive()
 
 
 def test_bad_worker_settings_are_clear_errors(monkeypatch, tmp_path):

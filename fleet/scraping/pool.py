@@ -219,9 +219,29 @@ def _start(settings: WorkerSettings) -> Lease:
         raise
 
 
+def stop_idle(workers_dir: Path) -> int:
+    """Stop the warm workers of ``workers_dir`` that no step is using now (their lock is free), and clear their
+    files; return how many were stopped. Workers leave by themselves after ``idle_s``; this is for a caller that
+    is done with them sooner (the end of ``fleet run``)."""
+    stopped = []
+    for wid in workerdir.worker_ids(workers_dir):
+        fd = workerdir.try_lock(workers_dir, wid)
+        if fd is None:
+            continue
+        pid = workerdir.read_pid(workers_dir, wid)
+        if pid is not None and alive(pid):
+            kill_tree(pid)
+            stopped.append(pid)
+        workerdir.remove(workers_dir, wid)
+        os.close(fd)
+    _wait_gone(stopped)
+    sweep_tmp(tmp_root(workers_dir))  # the killed workers' browser profiles, and any a worker killed earlier left
+    return len(stopped)
+
+
 def stop(workers_dir: Path) -> int:
-    """Stop every warm worker of ``workers_dir``, in use or not, and clear their files; return how many ran. For
-    tests and tooling: in a week, workers leave by themselves when their idle time is up."""
+    """Stop every warm worker of ``workers_dir``, in use or not, and clear their files; return how many ran (the
+    tests clean up with this)."""
     stopped = []
     if workers_dir.is_dir():
         for pid_file in workers_dir.glob("*.pid"):
@@ -231,8 +251,12 @@ def stop(workers_dir: Path) -> int:
                 kill_tree(pid)
                 stopped.append(pid)
             workerdir.remove(workers_dir, wid)
-    deadline = time.monotonic() + 5
-    while any(alive(p) for p in stopped) and time.monotonic() < deadline:
-        time.sleep(0.02)
+    _wait_gone(stopped)
     sweep_tmp(tmp_root(workers_dir))
     return len(stopped)
+
+
+def _wait_gone(pids: list[int], seconds: float = 5.0) -> None:
+    deadline = time.monotonic() + seconds
+    while any(alive(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.02)
