@@ -64,8 +64,7 @@ def run_source(source: Source, week: str, *, store: ArtifactStore, run_id: str, 
         result = {"status": "failed", "category": "infra", "error": f"source {source.name}: {exc}"}
         log_line(f"{prefix} {result['error']}")
         return outcome.finish(source, week, store, run_id, attempt.id, deep, work, result, 0.0)
-    log_line(f"{prefix} worker {proc.pid} started ({how}; limit {timeout:g}s)")
-    seen = supervise.supervise(proc, attempt, timeout=timeout, startup_s=settings.startup_s, log_line=log_line,
-                               prefix=prefix)
+    seen = supervise.supervise(proc, attempt, how=how, timeout=timeout, startup_s=settings.startup_s,
+                               log_line=log_line, prefix=prefix)
     result = outcome.classify(source, attempt, seen, timeout=timeout, startup_s=settings.startup_s)
     return outcome.finish(source, week, store, run_id, attempt.id, deep, work, result, seen.seconds)

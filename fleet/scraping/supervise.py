@@ -53,13 +53,14 @@ def start(attempt: Attempt, settings: WorkerSettings, warm: bool):
     return proc, "a new warm worker" if proc.new else f"warm, its source no. {proc.served + 1}"
 
 
-def supervise(proc, attempt: Attempt, *, timeout: float, startup_s: float, log_line: Callable[[str], None],
-              prefix: str) -> Supervised:
+def supervise(proc, attempt: Attempt, *, how: str, timeout: float, startup_s: float,
+              log_line: Callable[[str], None], prefix: str) -> Supervised:
     """Wait for the worker to finish the attempt, killing it at ``startup_s`` without a browser or ``timeout``
     after its browser was up; then clear what it left. Gives a leased worker back whatever happens."""
     started = time.monotonic()
     out = Supervised()
     try:
+        log_line(f"{prefix} worker {proc.pid} started ({how}; limit {timeout:g}s)")
         pump_thread = threading.Thread(target=_pump, args=(proc, attempt.output_path, log_line, prefix), daemon=True)
         pump_thread.start()
         ready_at = None
