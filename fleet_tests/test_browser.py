@@ -40,9 +40,15 @@ def test_a_worker_launches_its_own_chromium_with_fleets_switches_and_knows_how_i
     monkeypatch.setenv("TMPDIR", str(tmp_path))
     monkeypatch.setattr(tempfile, "tempdir", None)
 
+    others = {pid for pid, _ in _browsers_under(os.getpid())}  # of other tests' workers, if any still run
+
+    def this_browser():
+        [(pid, argv)] = [(p, a) for p, a in _browsers_under(os.getpid()) if p not in others]
+        return pid, argv
+
     async def closed_by_close():
         async with worker.open_browser(chromium_path()) as own:
-            [(pid, argv)] = _browsers_under(os.getpid())
+            pid, argv = this_browser()
             real = os.path.realpath(f"/proc/{pid}/exe")
             assert "chromium" in os.path.basename(real), real
             assert all(arg.encode() in argv for arg in CHROMIUM_ARGS), argv
@@ -54,7 +60,7 @@ def test_a_worker_launches_its_own_chromium_with_fleets_switches_and_knows_how_i
 
     async def closed_by_kill():
         async with worker.open_browser(chromium_path()) as own:
-            [(pid, _)] = _browsers_under(os.getpid())
+            pid, _ = this_browser()
             os.kill(pid, 9)
             for _ in range(100):
                 if not own.is_connected():
