@@ -43,11 +43,9 @@ def fleet_env(tmp_path):
     env.update(FLEET_HOME=str(home), FLEET_DATA_REMOTE=str(remote), FLEET_DEMO_LATENCY_MS="20",
                FLEET_START_WEEK="2026-01-05", PYTHONPATH=str(ROOT))
     yield SimpleNamespace(env=env, home=home, remote=remote, tree_before=ls_tree(remote), tmp=tmp_path)
-    # A test that ran sources outside `fleet run` (the UI, run_source) leaves warm workers and the shared
-    # browser idling.
-    from fleet.scraping import browser, pool
+    # A test that ran sources outside `fleet run` (the UI, run_source) leaves warm workers idling.
+    from fleet.scraping import pool
     pool.stop(home / "workers")
-    browser.stop(home / "browser")
 
 
 class Lines:
@@ -66,8 +64,8 @@ class Lines:
 @pytest.fixture
 def scrape_home(tmp_path, monkeypatch):
     """A FLEET_HOME and no other FLEET_ setting, for tests that call the runner and the pool directly; the warm
-    workers and the shared browser they leave are stopped afterwards."""
-    from fleet.scraping import browser, pool
+    workers they leave are stopped afterwards."""
+    from fleet.scraping import pool
 
     home = tmp_path / "home"
     home.mkdir()
@@ -77,7 +75,6 @@ def scrape_home(tmp_path, monkeypatch):
     monkeypatch.setenv("FLEET_HOME", str(home))
     yield home
     pool.stop(home / "workers")
-    browser.stop(home / "browser")
 
 
 def free_port() -> int:

@@ -152,7 +152,7 @@ class HugeInt(Scraper):
 def test_the_runner_records_a_bad_spooled_row_as_the_source_failing(tmp_path):
     """What the runner does with an attempt's spool (reviewer's s1/huge_int.py): the old code let polars'
     ComputeError out of run_source, so no outcome was stored and the step failed with an error naming nothing."""
-    from fleet.scraping import runner
+    from fleet.scraping import outcome
 
     (tmp_path / "scrapers").mkdir()
     (tmp_path / "scrapers" / "huge_int.py").write_text(HUGE_INT)
@@ -162,7 +162,7 @@ def test_the_runner_records_a_bad_spooled_row_as_the_source_failing(tmp_path):
     work = store.workdir(week, keys.spool_key(source.name))
     (work / "rows-1.jsonl").write_text(encode_row({"id": 1, "tags": ["a"]}) + "\n"
                                        + encode_row({"id": 2 ** 70, "tags": ["b"]}) + "\n")
-    out = runner._finish(source, week, store, "run", "1", False, work, {"status": "ok", "category": None}, 0.5)
+    out = outcome.finish(source, week, store, "run", "1", False, work, {"status": "ok", "category": None}, 0.5)
     assert (out.status, out.category) == ("failed", "source")
     assert out.error.startswith("source huge_int: column 'id' expects Int64, got 1180591620717411303424 (int): "
                                 "out of range")

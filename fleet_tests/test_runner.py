@@ -2,7 +2,6 @@
 what an attempt's outcome says when the scraper times out on its own, closes its own page, hangs at import or
 blocks its event loop, how attempts of one week merge, and what a failed re-scrape leaves for consolidation."""
 import os
-import re
 import textwrap
 import time
 
@@ -10,7 +9,7 @@ import polars as pl
 import pytest
 
 from fleet.scraping.discovery import discover
-from fleet.scraping.runner import run_source
+from fleet.scraping.runner import WorkerSettings, run_source
 from fleet.storage import store as keys
 from fleet.storage.store import LocalArtifactStore
 from fleet_tests.conftest import WEEK, Lines
@@ -43,7 +42,8 @@ def scraper(tmp_path, name: str, scrape: str, *, timeout_s: float = 30, schema: 
 
 def run(home, source, *, refresh=False, log=None):
     store = LocalArtifactStore(home / "artifacts")
-    return run_source(source, WEEK, store=store, run_id="test", refresh=refresh, log=log), store
+    return run_source(source, WEEK, store=store, run_id="test", settings=WorkerSettings.from_env(), refresh=refresh,
+                      log=log), store
 
 
 def test_a_scrapers_own_timeout_is_its_error_not_fleets_deadline(home, tmp_path):
@@ -87,10 +87,9 @@ def test_a_scraper_that_closes_its_own_page_is_a_source_error_not_a_browser_cras
     assert "TargetClosedError" in out.error and "the browser crashed" not in out.error, out.error
 
 
-def test_a_browser_that_dies_mid_scrape_is_infra(home, tmp_path, monkeypatch):
+def test_a_browser_that_dies_mid_scrape_is_infra(home, tmp_path):
     """The scraper SIGKILLs its own worker's Chromium and then uses its page: the same error text as above, but the
-    browser disconnected, so it is infra (re-executed). (The shared browser's crash: test_browser.)"""
-    monkeypatch.setenv("FLEET_BROWSER", "own")
+    browser disconnected, so it is infra (re-executed). (Other sources in flight meanwhile: test_browser.)"""
     src = scraper(tmp_path, "kills_chromium", """
         from fleet.scraping.procs import descendants
         await page.set_content("<p>x</p>")
@@ -107,41 +106,12 @@ def test_a_browser_that_dies_mid_scrape_is_infra(home, tmp_path, monkeypatch):
     assert "the browser crashed" in out.error, out.error
 
 
-def test_a_source_that_killed_the_shared_browser_and_died_with_it_gets_its_own_browser_next(home, tmp_path):
-    """The scraper SIGKILLs the shared Chromium and then its own worker (os._exit): nothing reports that the
-    browser died under it, yet the runner sees the browser its worker was on gone. The source's next attempt
-    this week runs in a browser of its own, where it does no harm (and here completes)."""
-    from fleet.scraping.runner import SHARED_BROWSER_DIED
-
-    src = scraper(tmp_path, "kills_and_exits", """
-        import json
-        from fleet.scraping.procs import descendants
-        mine = [p for p in descendants(os.getpid()) if b"chrom" in open(f"/proc/{p}/cmdline", "rb").read()]
-        if not mine:  # on the shared browser
-            endpoint = os.path.join(os.environ["FLEET_HOME"], "browser", "endpoint.json")
-            os.kill(json.load(open(endpoint))["chromium_pid"], 9)
-            os._exit(3)
-        yield {"id": 1}
-    """)
-    log = Lines()
-    first, store = run(home, src, log=log)
-    assert (first.status, first.category) == ("failed", "infra"), first
-    assert (store.workdir(WEEK, keys.spool_key("kills_and_exits")) / SHARED_BROWSER_DIED).exists()
-    assert "the shared browser died under this attempt" in str(log), str(log)
-    second, _ = run(home, src, log=log)
-    assert second.status == "ok", second
-    started = re.findall(r"worker \d+ started \([^;]*, ([a-z ]+);", str(log))
-    assert started == ["context in the shared browser", "browser of its own"], started
-
-
 def test_a_browser_dead_before_the_context_opens_is_infra(tmp_path, monkeypatch, request):
     """A warm worker's browser dies between two sources: the next source cannot get a context. No scraper code
     ran; that is infra, whatever the error's text (it was classified source)."""
     import asyncio
     import shutil
     import tempfile
-
-    from playwright.async_api import async_playwright
 
     from fleet.config import chromium_path
     from fleet.scraping import worker
@@ -161,8 +131,7 @@ def test_a_browser_dead_before_the_context_opens_is_infra(tmp_path, monkeypatch,
     monkeypatch.setenv("TMPDIR", short)
 
     async def go():
-        async with async_playwright() as pw:
-            b = await pw.chromium.launch(executable_path=chromium_path(), headless=True)
+        async with worker.open_browser(chromium_path()) as b:
             for pid in descendants(os.getpid()):
                 with open(f"/proc/{pid}/cmdline", "rb") as fh:
                     cmd = fh.read()
@@ -174,7 +143,7 @@ def test_a_browser_dead_before_the_context_opens_is_infra(tmp_path, monkeypatch,
                 await asyncio.sleep(0.05)
             try:
                 return await worker.scrape(b, spec)
-            except Exception as exc:  # what pool._serve_one does with an exception out of scrape
+            except Exception as exc:  # what server._serve_one does with an exception out of scrape
                 return worker.failure_result(spec, exc)
 
     result = asyncio.run(go())
@@ -230,7 +199,7 @@ def test_a_scraper_killed_at_its_limit_leaves_its_url_and_stack_and_no_stale_evi
         assert (evidence / "screenshot.png").exists() and "first attempt" in (evidence / "page.html").read_text()
         second, _ = run(home, src)
     assert (second.status, second.category) == ("timeout", "source"), second
-    assert "its worker was killed, and its contexts in the shared browser closed" in second.error  # the default
+    assert "its worker and browser were killed" in second.error
     assert sorted(p.name for p in evidence.iterdir()) == ["error.txt", "stack.txt"]
     error = (evidence / "error.txt").read_text()
     assert f"last URL: {url}/books" in error, error
@@ -317,7 +286,7 @@ def test_a_bad_run_config_fails_its_source_before_a_worker_is_taken(home, tmp_pa
     worker starts."""
     src = scraper(tmp_path, "configured", "yield {'id': 1}\n")
     store = LocalArtifactStore(home / "artifacts")
-    out = run_source(src, WEEK, store=store, run_id="test", **config)
+    out = run_source(src, WEEK, store=store, run_id="test", settings=WorkerSettings.from_env(), **config)
     assert (out.status, out.category) == ("failed", "source"), out
     assert says in out.error and "configured" in out.error
     assert store.read_json(WEEK, keys.outcome_key("configured"))["status"] == "failed"
@@ -349,7 +318,7 @@ def test_a_scraper_that_floods_its_output_keeps_its_time_and_the_rest_of_its_out
     """Every output line used to become an event in the run's log, one after another while the worker waited on
     its pipe: 40,000 lines took a source with a 20 s limit past it (killed at 33 s), and a 3 MB line was stored
     whole."""
-    from fleet.scraping.runner import MAX_LINE_CHARS, MAX_LOG_LINES
+    from fleet.scraping.supervise import MAX_LINE_CHARS, MAX_LOG_LINES
 
     src = scraper(tmp_path, "floods", """
         import sys

@@ -38,7 +38,8 @@ class Scraper:
       schema     column name -> polars dtype
       key        natural key columns; rows are unique by it
       timeout_s  hard limit for one run of this source, in seconds
-      own_browser  launch a Chromium of its own instead of a context in the shared one (see fleet/scraping/browser.py)
+      own_browser  run each attempt in a Chromium no other source used before (a new worker, as own_process)
+                   instead of a fresh context in a warm worker's browser
       own_process  run each attempt in a new worker process instead of a warm one that other sources used
                    before (see fleet/scraping/pool.py): for a scraper that changes process-wide state
       abstract   True: a base class, not a source (read from the class's own body only)

@@ -1,4 +1,4 @@
-"""Process-tree helpers shared by the runner (killing a worker), the warm worker pool and the shared browser."""
+"""Process-tree helpers for the runner (killing a worker) and the warm workers, read from /proc."""
 from __future__ import annotations
 
 import contextlib
@@ -7,9 +7,7 @@ import os
 import shutil
 import signal
 import stat
-import subprocess
 import tempfile
-import time
 from pathlib import Path
 
 
@@ -21,7 +19,7 @@ SOCKET_PATH_MAX = 107
 def unix_address(path: Path):
     """``path`` as an address an AF_UNIX socket can bind or connect to, however deep its folder is.
 
-    The warm workers' and the zygote's sockets live under ``FLEET_HOME``; a home of more than ~73 bytes made
+    The warm workers' sockets live under ``FLEET_HOME``; a home of more than ~73 bytes made
     their full path too long for a socket (``OSError: AF_UNIX path too long``), so no worker could start and
     every source failed as infra. A path that does not fit is reached through the folder's descriptor instead,
     ``/proc/self/fd/N/NAME``: the socket file is created, or found, in the folder itself."""
@@ -148,7 +146,7 @@ MAX_TMPDIR_LEN = 60
 
 
 def tmp_base(owner: Path) -> Path:
-    """Where the processes of ``owner`` (a ``FLEET_HOME/workers`` pool root, the shared browser's folder) keep their
+    """Where the processes of ``owner`` (a ``FLEET_HOME/workers`` folder) keep their
     :func:`private_tmp` folders: a short path in the system's temporary folder, named after ``owner``. Not under
     ``FLEET_HOME``: a deep ``FLEET_HOME`` would make Chromium's singleton socket path too long."""
     digest = hashlib.sha256(str(owner.resolve()).encode()).hexdigest()[:12]
@@ -207,22 +205,3 @@ def sweep_tmp(base: Path, killed=()) -> int:
     with contextlib.suppress(OSError):
         base.rmdir()  # only if nothing is left in it
     return removed
-
-
-class PolledProcess:
-    """``subprocess.Popen.wait`` for a process handle that only knows how to ``poll`` (a worker forked by the
-    runner, or by the zygote)."""
-
-    pid: int
-    returncode: int | None = None
-
-    def poll(self) -> int | None:  # pragma: no cover - every subclass has its own
-        raise NotImplementedError
-
-    def wait(self, timeout: float | None = None) -> int:
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while self.poll() is None:
-            if deadline is not None and time.monotonic() >= deadline:
-                raise subprocess.TimeoutExpired(f"worker {self.pid}", timeout)
-            time.sleep(0.01)
-        return self.returncode

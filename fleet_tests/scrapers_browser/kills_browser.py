@@ -1,5 +1,4 @@
 import asyncio
-import json
 import os
 import signal
 from pathlib import Path
@@ -9,12 +8,12 @@ import polars as pl
 from fleet import Scraper
 
 
-def _browser_of_this_worker() -> tuple[str, int]:
-    """The Chromium this attempt's page is in: a browser process under this worker (a browser of its own, under
-    its Playwright driver), or else the shared one."""
-    todo, mine = [os.getpid()], []
+def _browser_of_this_worker() -> int:
+    """The Chromium this attempt's page is in: the browser process (not a renderer, nor a shell that runs it)
+    under this worker's Playwright driver."""
+    todo = [os.getpid()]
     while todo:
-        pid = todo.pop()
+        pid = todo.pop(0)
         try:
             children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
         except OSError:
@@ -26,16 +25,13 @@ def _browser_of_this_worker() -> tuple[str, int]:
             except OSError:
                 continue
             if b"chrom" in argv[0] and not any(a.startswith(b"--type=") for a in argv):
-                mine.append(child)
-    if mine:
-        return "own", mine[0]
-    info = json.loads(Path(os.environ["FLEET_HOME"], "browser", "endpoint.json").read_text())
-    return "shared", info["chromium_pid"]
+                return child
+    raise RuntimeError("no browser under this worker")
 
 
 class KillsBrowser(Scraper):
-    """Crashes the browser it runs in, on every attempt: a page that brings down Chromium itself. Its first
-    attempt, in the shared browser, waits until the other sources are mid-scrape there."""
+    """Crashes the browser it runs in, on every attempt: a page that brings down Chromium itself. It waits until
+    the other sources are mid-scrape."""
 
     name = "kills_browser"
     schema = {"id": pl.Int64}
@@ -48,9 +44,9 @@ class KillsBrowser(Scraper):
             if all(os.path.exists(os.path.join(counters, f"slow_{n}.started")) for n in (1, 2)):
                 break
             await asyncio.sleep(0.1)
-        which, pid = _browser_of_this_worker()
+        pid = _browser_of_this_worker()
         with open(os.path.join(counters, "killed_chromium"), "a") as fh:
-            fh.write(f"{which} {pid}\n")
+            fh.write(f"{os.getpid()} {pid}\n")
         os.kill(pid, signal.SIGKILL)
         await asyncio.sleep(30)
         await page.set_content("<p>1</p>")

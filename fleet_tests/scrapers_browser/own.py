@@ -1,13 +1,15 @@
+import os
+
 import polars as pl
 
 from fleet import Scraper
 
 
 class Own(Scraper):
-    """Asks for a Chromium of its own (own_browser), so a crash of the shared one does not touch it."""
+    """Asks for a Chromium no other source used (own_browser): a worker of its own, not a warm one."""
 
     name = "own"
-    schema = {"id": pl.Int64, "agent": pl.String}
+    schema = {"id": pl.Int64, "agent": pl.String, "pid": pl.Int64}
     key = ("id",)
     timeout_s = 60
     own_browser = True
@@ -15,4 +17,4 @@ class Own(Scraper):
     async def scrape(self, page, ctx):
         for i in range(8):
             await page.wait_for_timeout(400)
-            yield {"id": i, "agent": page.context.browser.version}
+            yield {"id": i, "agent": page.context.browser.version, "pid": os.getpid()}

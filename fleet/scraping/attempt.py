@@ -1,0 +1,78 @@
+"""One attempt of a source: its id, and the spec its worker reads (what to run, where its files go)."""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import time
+import uuid
+from pathlib import Path
+
+from fleet.scraping.discovery import Source
+from fleet.scraping.pool import tmp_root
+from fleet.scraping.settings import WorkerSettings
+from fleet.storage import store as keys
+from fleet.storage.store import ArtifactStore
+
+
+@dataclasses.dataclass(frozen=True)
+class Attempt:
+    """An attempt's files live in the source's work folder for the week, named after the attempt, next to the
+    rows spooled by earlier attempts (what a re-execution resumes from)."""
+
+    id: str
+    work: Path
+    spec: dict
+
+    @property
+    def spec_path(self) -> Path:
+        return self.work / f"spec-{self.id}.json"
+
+    @property
+    def ready_path(self) -> Path:
+        return Path(self.spec["ready_path"])
+
+    @property
+    def result_path(self) -> Path:
+        return Path(self.spec["result_path"])
+
+    @property
+    def stack_path(self) -> Path:
+        return Path(self.spec["stack_path"])
+
+    @property
+    def progress_path(self) -> Path:
+        return Path(self.spec["progress_path"])
+
+    @property
+    def output_path(self) -> Path:
+        return self.work / f"output-{self.id}.log"
+
+    def write_spec(self) -> Path:
+        self.spec_path.write_text(json.dumps(self.spec))
+        return self.spec_path
+
+    def result(self) -> dict | None:
+        """What the worker reported, if it lived to."""
+        return json.loads(self.result_path.read_text()) if self.result_path.exists() else None
+
+
+def new_attempt(source: Source, week: str, *, store: ArtifactStore, run_id: str, deep: bool, timeout: float,
+                retry: dict | None, settings: WorkerSettings) -> Attempt:
+    attempt = f"{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:6]}"
+    work = store.workdir(week, keys.spool_key(source.name))
+    spec = {
+        "source": source.name, "module_path": str(source.module_path), "class_name": source.class_name,
+        "week": week, "run_id": run_id, "deep": deep, "timeout_s": timeout, "retry": retry or {},
+        "chromium": settings.chromium, "work_dir": str(work),
+        "spool_path": str(work / f"rows-{attempt}.jsonl"),
+        "result_path": str(work / f"result-{attempt}.json"),
+        "ready_path": str(work / f"ready-{attempt}"),
+        "progress_path": str(work / f"last_url-{attempt}.txt"),
+        "stack_path": str(work / f"stack-{attempt}.txt"),
+        "evidence_dir": str(store.path(week, keys.evidence_key(source.name))),
+        "node_cache": str(settings.node_cache or ""),
+        "tmp_root": str(tmp_root(settings.workers_dir)),
+        "step_pid": os.getpid(),
+    }
+    return Attempt(id=attempt, work=work, spec=spec)
