@@ -22,10 +22,9 @@ def kind(args: list[str]) -> str:
     line = " ".join(args)
     if not line.strip():
         return "kernel thread or zombie"
-    for marker, name in (("fleet.scraping.pool", "python warm worker"),
-                         ("fleet.scraping.zygote", "python zygote and the warm workers it forked"),
-                         ("fleet.scraping.browser", "python shared-browser host"),
-                         ("playwright/driver/node", "playwright node driver or browser server")):
+    for marker, name in (("fleet.scraping.server", "python warm worker"),
+                         ("fleet.scraping.worker", "python worker of one attempt"),
+                         ("playwright/driver/node", "playwright node driver")):
         if marker in line:  # before "chromium": their command lines name the Chromium binary
             return name
     if "chromium" in line:

@@ -59,7 +59,7 @@ def env_choice(name: str, default: str, choices: tuple[str, ...]) -> str:
     return raw
 
 
-# Read where they are used (the workers, the runner, the shared browser), and checked by settings() before anything
+# Read where they are used (the workers and the runner), and checked by settings() before anything
 # runs: a bad value used to surface only inside each worker, as every source failing as infra.
 def worker_idle_s() -> float:
     return env_number("FLEET_WORKER_IDLE_S", 30.0)
@@ -71,14 +71,6 @@ def worker_max_sources() -> int:
 
 def browser_startup_s() -> float:
     return env_number("FLEET_BROWSER_STARTUP_S", 90.0, minimum=1)
-
-
-def browser_idle_s() -> float:
-    return env_number("FLEET_BROWSER_IDLE_S", 30.0)
-
-
-def worker_start() -> str:
-    return env_choice("FLEET_WORKER_START", "fork", ("fork", "spawn"))
 
 
 def _int(name: str, default: int, minimum: int = 0) -> int:
@@ -110,14 +102,9 @@ class Settings:
     crash_reruns: int
     start_week: str
     git_token: str | None
-    browser: str = "own"        # own: a Chromium per worker; shared: a context per source in one Chromium
     workers: str = "warm"       # warm: workers keep Playwright and a browser between sources; fresh: one per attempt
     compute_logs: bool = False  # Dagster's per-step stdout/stderr capture (tail -F + 2 watcher interpreters per step)
     run_monitor_s: int = 30     # how often the daemon checks that started runs' workers live (fleet/defs/launcher.py)
-
-    @property
-    def slots_dir(self) -> Path:
-        return self.home / "slots"
 
     @property
     def store_root(self) -> Path:
@@ -131,9 +118,6 @@ class Settings:
     def clone_dir(self) -> Path:
         return self.home / "clone"
 
-    @property
-    def browser_dir(self) -> Path:
-        return self.home / "browser"
 
 
 def _check_home(home: Path) -> None:
@@ -155,12 +139,9 @@ def settings() -> Settings:
         raise FleetError(f"FLEET_DATA_PREFIX must be a relative folder inside the repository, got {prefix!r}")
     if not prefix.endswith("/"):
         prefix += "/"
-    # One Chromium per FLEET_HOME unless told otherwise (fleet/scraping/browser.py); until fleet's workers reached it
-    # without a driver of their own (2026-12-05) it saved nothing, and over CDP it once lost screenshots under load.
-    browser = env_choice("FLEET_BROWSER", "shared", ("shared", "own"))
     workers = env_choice("FLEET_WORKERS", "warm", ("warm", "fresh"))
     max_parallel = _int("FLEET_MAX_PARALLEL", 10, minimum=1)
-    for check in (worker_idle_s, worker_max_sources, browser_startup_s, browser_idle_s, worker_start):
+    for check in (worker_idle_s, worker_max_sources, browser_startup_s):
         check()
     webhook = os.environ.get("FLEET_ALERT_WEBHOOK", "").strip()
     if webhook and not webhook.lower().startswith(("http://", "https://")):  # else every alert's POST would fail
@@ -174,7 +155,6 @@ def settings() -> Settings:
         crash_reruns=_int("FLEET_CRASH_RERUNS", 2),
         start_week=_start_week(),
         git_token=os.environ.get("FLEET_GIT_TOKEN") or None,
-        browser=browser,
         workers=workers,
         compute_logs=env_flag("FLEET_COMPUTE_LOGS"),
         run_monitor_s=_int("FLEET_RUN_MONITOR_S", 30, minimum=1),

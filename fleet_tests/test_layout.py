@@ -1,4 +1,5 @@
-"""The layout shows the pipeline: fleet's modules import one another without cycles (lazy imports included), and
+"""The layout shows the pipeline: fleet's modules import one another without cycles (lazy imports included, type-only
+imports not), and
 the core never imports the Dagster layer."""
 import ast
 
@@ -12,7 +13,13 @@ def _graph() -> dict[str, set[str]]:
         mods[".".join(rel.parts[:-1] if rel.name == "__init__" else rel.parts)] = path
     graph = {m: set() for m in mods}
     for name, path in mods.items():
-        for node in ast.walk(ast.parse(path.read_text())):
+        tree = ast.parse(path.read_text())
+        typing_only = {id(n) for guard in ast.walk(tree)  # `if TYPE_CHECKING:` imports never run
+                       if isinstance(guard, ast.If) and getattr(guard.test, "id", None) == "TYPE_CHECKING"
+                       for n in ast.walk(guard)}
+        for node in ast.walk(tree):
+            if id(node) in typing_only:
+                continue
             targets = []
             if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("fleet"):
                 targets = [f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in mods else node.module

@@ -250,7 +250,7 @@ def _dead_run_env(fleet_env, reruns, then="ok"):
     script.write_text(DEAD_RUN_SCRIPT)
     env, counters = _env(fleet_env, reruns)
     # one step at a time, kills_its_run's first: steady's step is still waiting when the run process dies
-    env.update(FLEET_SCRAPERS_DIR=str(d), FLEET_MAX_PARALLEL="1", FLEET_STEP_HEADROOM="0", FLEET_TEST_THEN=then)
+    env.update(FLEET_SCRAPERS_DIR=str(d), FLEET_MAX_PARALLEL="1", FLEET_TEST_THEN=then)
 
     def script_run(*args, check=True):
         res = subprocess.run([sys.executable, str(script), *args], env=env, capture_output=True, text=True,

@@ -5,11 +5,14 @@ README (:func:`from_settings`); the git token is an ``EnvVar``, so the UI shows 
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from typing import Optional
 
 from dagster import ConfigurableResource, EnvVar
 
+from fleet import config
 from fleet.config import Settings
+from fleet.scraping.settings import WorkerSettings
 from fleet.storage.store import LocalArtifactStore
 
 TOKEN_VAR = "FLEET_GIT_TOKEN"
@@ -53,15 +56,22 @@ class Browser(ConfigurableResource):
     """The Chromium binary (FLEET_CHROMIUM); empty: the first found, the headless shell first."""
     workers: str = "warm"
     """warm: workers keep their browser between sources; fresh: a new worker per attempt (FLEET_WORKERS)."""
+    worker_idle_s: float = 30.0
+    """A warm worker with nothing to do leaves after this long (FLEET_WORKER_IDLE_S)."""
+    worker_max_sources: int = 50
+    """A warm worker leaves after this many sources (FLEET_WORKER_MAX_SOURCES)."""
+    startup_s: float = 90.0
+    """The limit on a new worker getting its browser up (FLEET_BROWSER_STARTUP_S)."""
     home: str
     """FLEET_HOME: the scrape workers' folder and caches are under it."""
 
-    def worker_settings(self):
-        from fleet.scraping.settings import WorkerSettings
-
+    def worker_settings(self) -> WorkerSettings:
         from fleet.config import chromium_path
 
-        return WorkerSettings.from_env(chromium=self.chromium or chromium_path(), workers=self.workers, home=self.home)
+        home = Path(self.home)
+        return WorkerSettings(chromium=self.chromium or chromium_path(), workers_dir=home / "workers",
+                              workers=self.workers, idle_s=self.worker_idle_s, max_sources=self.worker_max_sources,
+                              startup_s=self.startup_s, node_cache=home / "cache" / "node")
 
 
 class Alerts(ConfigurableResource):
@@ -80,6 +90,8 @@ def from_settings(s: Settings) -> dict:
                                     token=EnvVar(TOKEN_VAR) if os.environ.get(TOKEN_VAR) else None,
                                     clone_dir=str(s.clone_dir)),
         "artifacts": ArtifactStore(root=str(s.store_root)),
-        "browser": Browser(chromium=os.environ.get("FLEET_CHROMIUM", "").strip(), workers=s.workers, home=str(s.home)),
+        "browser": Browser(chromium=os.environ.get("FLEET_CHROMIUM", "").strip(), workers=s.workers,
+                           worker_idle_s=config.worker_idle_s(), worker_max_sources=config.worker_max_sources(),
+                           startup_s=config.browser_startup_s(), home=str(s.home)),
         "alerts": Alerts(home=str(s.home), webhook=os.environ.get("FLEET_ALERT_WEBHOOK", "").strip() or None),
     }
