@@ -72,12 +72,13 @@ SENSOR_SCRIPT = textwrap.dedent("""
         instance = get_instance(settings())
         # A real run, launched as the UI would (no CLI driver tag), in which crash_once is SIGKILLed. This
         # process has FLEET_CRASH_RERUNS=0, so the run re-executes nothing itself: what is left to the sensor is
-        # what a run leaves when its own process dies. The sensor then gets a budget of 2.
+        # what a run leaves when its own process dies. The sensor, in definitions loaded with a budget of 2
+        # (as the daemon's code server would load them), then gets that budget.
         result = execute_job(reconstructable(d.scrape_week_job), instance, tags={"dagster/partition": "%s"})
         os.environ["FLEET_CRASH_RERUNS"] = "2"
         run = instance.get_run_by_id(result.run_id)
         failure = [e for e in instance.all_logs(run.run_id, of_type=DagsterEventType.RUN_FAILURE)][0]
-        sensor = [s for s in d.defs.sensors if s.name == "fleet_after_failed_run"][0]
+        sensor = [s for s in d.build_defs().sensors if s.name == "fleet_after_failed_run"][0]
         ctx = build_run_status_sensor_context(sensor_name=sensor.name, dagster_event=failure.dagster_event,
                                               dagster_instance=instance, dagster_run=run)
         req = sensor(ctx)
