@@ -2,7 +2,7 @@
 event log after `fleet run` (the home is `FLEET_HOME`'s, as for every fleet command).
 
 For each of the week's runs, in the order they were created: when it was created, when its first step
-started, when its last step ended. Then the scraping itself: each source's time in a scrape slot, from its
+started, when its last step ended. Then the scraping itself: each source's time in one of the cap's slots, from its
 worker taking the source (the `worker N started` line its step logs) to the end of its scrape (its outcome's
 `seconds`), and what that says about the week's length. With sources of about equal length, a week of n
 sources at a cap of c ends when the slot that started last has run its n/c sources in a row: the time until
@@ -18,7 +18,7 @@ import re
 import statistics
 import sys
 
-WORKER_LINE = re.compile(r"\[(?P<source>[a-z][a-z0-9_]*)\] worker (?P<pid>\d+) started \((?P<how>[^,]+),")
+WORKER_LINE = re.compile(r"\[(?P<source>[a-z][a-z0-9_]*)\] worker (?P<pid>\d+) started \((?P<how>[^;,)]+)[;,)]")
 
 
 def occupancy(intervals: list[tuple[float, float]], cap: int) -> dict:
@@ -43,7 +43,7 @@ def occupancy(intervals: list[tuple[float, float]], cap: int) -> dict:
 
 
 def week_timeline(instance, week: str, outcome, cap: int) -> dict:
-    """The week's runs and scrape slots from ``instance``'s event log (see the module's doc); ``outcome(name)``
+    """The week's runs and the cap's slots from ``instance``'s event log (see the module's doc); ``outcome(name)``
     is a source's stored outcome for the week ({} if none)."""
     from dagster import DagsterEventType, RunsFilter
 
@@ -131,7 +131,7 @@ def render(t: dict) -> str:
         lines.append(f"took a slot and never finished (left out): {', '.join(t['unfinished'])}")
     o, cap = t["occupancy"], t["cap"]
     if o["first_start"] is None:
-        lines.append("no source took a scrape slot in these runs (every source reused, or none started)")
+        lines.append("no source took a slot in these runs (every source reused, or none started)")
         return "\n".join(lines)
     lines.append(f"scraping: {len(t['slots'])} sources in slots of {cap}; the first at {o['first_start']:.2f}, "
                  f"all {cap} busy first at {_s(o['all_busy_at'])}, last at {_s(o['all_busy_until'])}, the last done at "
@@ -157,12 +157,12 @@ def main(argv=None) -> int:
 
     from fleet.cli import resolve_week
     from fleet.config import settings
-    from fleet.defs.assets import artifact_store
     from fleet.defs.instance import get_instance
     from fleet.storage import store as keys
+    from fleet.storage.store import LocalArtifactStore
 
     s, week = settings(), resolve_week(args.week)
-    store = artifact_store()
+    store = LocalArtifactStore(s.store_root)
     t = week_timeline(get_instance(s), week, lambda name: store.read_json(week, keys.outcome_key(name)) or {},
                       s.max_parallel)
     print(json.dumps(t, indent=1) if args.json else render(t))

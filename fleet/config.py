@@ -104,7 +104,7 @@ class Settings:
     git_token: str | None
     workers: str = "warm"       # warm: workers keep Playwright and a browser between sources; fresh: one per attempt
     compute_logs: bool = False  # Dagster's per-step stdout/stderr capture (tail -F + 2 watcher interpreters per step)
-    run_monitor_s: int = 30     # how often the daemon checks that started runs' workers live (fleet/defs/launcher.py)
+    run_monitor_s: int = 30     # how often the daemon checks that started runs' workers live (fleet/defs/runworker.py)
 
     @property
     def store_root(self) -> Path:

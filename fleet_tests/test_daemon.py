@@ -189,7 +189,7 @@ def test_daemon_run_whose_worker_was_killed_is_failed_by_monitoring_and_followed
             assert time.monotonic() < deadline, f"{done}\n" + (fleet_env.tmp / "ui.log").read_text()[-5000:]
             time.sleep(0.5)
         [ui_run] = runs
-        from fleet.defs.launcher import TAG, process_start
+        from fleet.defs.runworker import TAG, process_start
         worker = json.loads(ui_run.tags[TAG])
         started = [e.message for e in instance.all_logs(ui_run.run_id, of_type=DagsterEventType.ENGINE_EVENT)
                    if e.message.startswith("Started process for run")]

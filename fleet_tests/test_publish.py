@@ -71,6 +71,7 @@ def test_first_commit_lands_only_the_prefix_as_lfs(bare, tmp_path, caplog):
     art = artifact(tmp_path, "raw.parquet")
     before = gr.ls_tree(bare)
     caplog.set_level(logging.INFO)
+    children_before = set(_children())
     res = commit_files(data_repo(bare, tmp_path), {REL: art}, subject=f"raw {WEEK}", body="3 sources",
                        idempotency_key=f"raw:{WEEK}", log=logging.getLogger("fleet.test"))
 
@@ -87,8 +88,19 @@ def test_first_commit_lands_only_the_prefix_as_lfs(bare, tmp_path, caplog):
     assert gr.hook_rejections(bare) == []
     assert "committed" in caplog.text
     # GitPython's Repo is closed after the commit: no git process (a cat-file batch, say) outlives it
-    children = [c for t in Path("/proc/self/task").iterdir() for c in (t / "children").read_text().split()]
-    assert children == []
+    assert [c for c in _children() if c not in children_before and "git" in _cmdline(c)] == []
+
+
+def _children() -> list[str]:
+    """This process's children (other tests of the session may have left some of their own)."""
+    return [c for t in Path("/proc/self/task").iterdir() for c in (t / "children").read_text().split()]
+
+
+def _cmdline(pid: str) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
 
 
 def test_same_files_again_is_up_to_date(bare, tmp_path):

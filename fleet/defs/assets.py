@@ -104,7 +104,7 @@ def crash_retry_policy(crash_reruns: int) -> RetryPolicy:
 
 def check_crash_budget(context, source: str, crash_reruns: int) -> None:
     """Refuse a re-execution of ``source`` beyond the week's crash budget (taxonomy.budget_exhausted), before it
-    takes a scrape slot: ``Failure(allow_retries=False)``, category infra, tagged ``fleet/budget``."""
+    takes a worker: ``Failure(allow_retries=False)``, category infra, tagged ``fleet/budget``."""
     refused = tx.budget_exhausted(context.instance, context.run, source, context.retry_number, crash_reruns)
     if refused:
         context.log.warning(f"[run {context.run_id}] [{source}] {refused}")
