@@ -78,6 +78,7 @@ def run_week(week: str, sources: tuple[str, ...] = (), deep: tuple[str, ...] = (
     if not os.environ.get("FLEET_SCRAPERS_DIR", "").strip() and not os.environ.get("FLEET_DEMO_URL", "").strip():
         raise FleetError("no FLEET_SCRAPERS_DIR is set, and the bundled demo scrapers need the demo sites: "
                          "use `fleet demo`, or point FLEET_SCRAPERS_DIR at your scrapers")
+    warm_forkserver()
     instance = get_instance(s)
     names = sorted(k.path[-1] for k in d.defs.resolve_all_asset_keys() if k.path[0] == "raw")
     unknown = [n for n in (*sources, *deep) if n not in names]
@@ -106,6 +107,29 @@ def run_week(week: str, sources: tuple[str, ...] = (), deep: tuple[str, ...] = (
         publish_run = next((r for r in follow_ups if r.tags.get(tx.TAG_KIND) == "publish"), None)
         return report(instance, week, names, publish_run, echo, selected=list(sources or names),
                       run_ids=[run.run_id, *(r.run_id for r in follow_ups)])
+
+
+def warm_forkserver() -> None:
+    """Start this process's forkserver now, in the background, instead of when the scrape run launches its first
+    step: the server is a new interpreter that imports fleet's definitions (several seconds of one core), and
+    this way it does so while this process creates the instance and the run. Dagster's multiprocess executor
+    (``start_method: forkserver``) then finds it running and forks every step from it. Only multiprocessing's
+    public API: the first process of a forkserver context starts the server."""
+    import multiprocessing
+    import threading
+
+    from fleet.defs.definitions import PRELOAD
+
+    ctx = multiprocessing.get_context("forkserver")
+    ctx.set_forkserver_preload(list(PRELOAD))
+
+    def start():
+        try:
+            ctx.Process(target=os.getpid).start()
+        except Exception as exc:  # the executor starts the server itself, only later
+            click.echo(f"fleet: forkserver not started ahead of the run ({type(exc).__name__}: {exc})", err=True)
+
+    threading.Thread(target=start, name="fleet-forkserver-warmup", daemon=True).start()
 
 
 def _store():
