@@ -28,7 +28,8 @@ def _browsers_under(pid: int) -> list[tuple[int, list[bytes]]]:
             argv = Path(f"/proc/{p}/cmdline").read_bytes().split(b"\0")
         except OSError:
             continue
-        if b"chrom" in argv[0] and not any(a.startswith(b"--type=") for a in argv):
+        # a helper (zygote, renderer, utility) says --type=; Chromium may rewrite its title into argv[0]
+        if b"chrom" in argv[0] and b"--type=" not in b" ".join(argv):
             out.append((p, argv))
     return out
 
@@ -40,15 +41,19 @@ def test_a_worker_launches_its_own_chromium_with_fleets_switches_and_knows_how_i
     monkeypatch.setenv("TMPDIR", str(tmp_path))
     monkeypatch.setattr(tempfile, "tempdir", None)
 
-    others = {pid for pid, _ in _browsers_under(os.getpid())}  # of other tests' workers, if any still run
-
-    def this_browser():
-        [(pid, argv)] = [(p, a) for p, a in _browsers_under(os.getpid()) if p not in others]
+    def this_browser(others):
+        found = [(p, a) for p, a in _browsers_under(os.getpid()) if p not in others]
+        assert len(found) == 1, [(p, a[:2]) for p, a in found]
+        [(pid, argv)] = found
         return pid, argv
 
+    def now():  # browsers already here: other tests' workers, or a closed one still exiting
+        return {pid for pid, _ in _browsers_under(os.getpid())}
+
     async def closed_by_close():
+        others = now()
         async with worker.open_browser(chromium_path()) as own:
-            pid, argv = this_browser()
+            pid, argv = this_browser(others)
             real = os.path.realpath(f"/proc/{pid}/exe")
             assert "chromium" in os.path.basename(real), real
             assert all(arg.encode() in argv for arg in CHROMIUM_ARGS), argv
@@ -59,8 +64,9 @@ def test_a_worker_launches_its_own_chromium_with_fleets_switches_and_knows_how_i
             return await own.closed_on_request()
 
     async def closed_by_kill():
+        others = now()
         async with worker.open_browser(chromium_path()) as own:
-            pid, _ = this_browser()
+            pid, _ = this_browser(others)
             os.kill(pid, 9)
             for _ in range(100):
                 if not own.is_connected():
