@@ -57,15 +57,17 @@ def week_lock(home: Path, week: str):
 
 
 def run_week(week: str, sources: tuple[str, ...] = (), deep: tuple[str, ...] = (), refresh: bool = False,
-             echo=click.echo) -> int:
+             force: bool = False, echo=click.echo) -> int:
     """Drive one week through the same jobs the schedule and UI use, and the same follow-up policy as the sensors
-    (fleet/policy/followup.py), here in-process instead of from the daemon."""
+    (fleet/policy/followup.py), here in-process instead of from the daemon. ``force`` tags the runs
+    ``fleet/force=true``: the raw assets then scrape a past week from today's web (fleet/policy/pastweek.py)."""
     from dagster import AssetKey, execute_job, reconstructable
 
     from fleet.defs import definitions as d
     from fleet.defs.instance import get_instance
     from fleet.policy import taxonomy as tx
     from fleet.policy.followup import drive
+    from fleet.policy.pastweek import FORCE_TAG
     from fleet.publish import check_remote
 
     s = settings()
@@ -87,7 +89,7 @@ def run_week(week: str, sources: tuple[str, ...] = (), deep: tuple[str, ...] = (
     ops = {f"{tx.RAW_PREFIX}{n}": {"config": {"deep": n in deep, "refresh": refresh}} for n in (sources or names)
            if n in deep or refresh}
     logging_cfg = {"loggers": {"console": {"config": {"log_level": "INFO"}}}}
-    base_tags = {tx.PARTITION_TAG: week, tx.TAG_DRIVER: "cli"}
+    base_tags = {tx.PARTITION_TAG: week, tx.TAG_DRIVER: "cli", **({FORCE_TAG: "true"} if force else {})}
     selection = [AssetKey(["raw", n]) for n in sources] if sources else None
     store = _store()
 
@@ -290,26 +292,18 @@ def _run_options(f):
 
 def past_week_refusal(week: str, sources: tuple[str, ...] = (), deep: tuple[str, ...] = (),
                       refresh: bool = False) -> str | None:
-    """Why running ``week`` must not go ahead without --force, or None. The web cannot be fetched as it was: a
-    week before the last complete one may run only where nothing would be fetched, every selected source's
-    raw rows stored and complete. A source that failed that week would otherwise be scraped now, and today's
-    web committed as that week's."""
-    oldest = last_complete_week(dt.date.today())
-    if parse_week(week) >= oldest:
-        return None
+    """Why running ``week`` must not go ahead without --force, or None: the raw assets' past-week rule
+    (fleet/policy/pastweek.py), which refuses such sources inside the run anyway, checked up front for the
+    selected sources so the command stops with one line before it starts anything."""
+    from fleet.policy import pastweek
     from fleet.scraping.discovery import discover
-    from fleet.storage import store as keys
 
-    store = _store()
-    names = list(sources) or sorted(src.name for src in discover(scraper_dirs()))
-    fetch = names if refresh else [n for n in names if keys.stored_complete(store, week, n, deep=n in deep) is None]
-    if not fetch:
+    now = dt.datetime.now(dt.timezone.utc)
+    if not pastweek.is_past(week, now):
         return None
-    what = ("--refresh would scrape every source again" if refresh else
-            f"{len(fetch)} of its {len(names)} source(s) have no complete stored rows for it and would be scraped "
-            f"now: {', '.join(fetch[:10])}{', ...' if len(fetch) > 10 else ''}")
-    return (f"week {week} is older than the last complete week ({oldest}), and {what}; the web cannot be fetched "
-            f"as it was then. Use --force to scrape anyway")
+    names = list(sources) or sorted(src.name for src in discover(scraper_dirs()))
+    return pastweek.refusal(week, names, store=_store(), as_of=now, deep=deep, refresh=refresh,
+                            how_to_force="Use --force to scrape anyway")
 
 
 def refuse_past_week(week: str, force: bool, sources: tuple[str, ...] = (), deep: tuple[str, ...] = (),
@@ -335,7 +329,7 @@ def run(week, sources, deep, refresh, force):
     w = resolve_week(week)
     _check_run_options(sources, deep)
     refuse_past_week(w, force, sources, deep, refresh)
-    sys.exit(_exit_on_error(run_week, w, sources, deep, refresh))
+    sys.exit(_exit_on_error(run_week, w, sources, deep, refresh, force))
 
 
 @main.command()
@@ -350,7 +344,7 @@ def demo(week, sources, deep, refresh, force):
     with DemoSites() as sites:
         os.environ["FLEET_DEMO_URL"] = sites.url
         click.echo(f"fleet: demo sites at {sites.url}")
-        code = _exit_on_error(run_week, w, sources, deep, refresh)
+        code = _exit_on_error(run_week, w, sources, deep, refresh, force)
     sys.exit(code)
 
 
@@ -373,7 +367,7 @@ def backfill(start, end, force):
             click.echo(f"fleet: {why}", err=True)
             worst = max(worst, EXIT_NOTHING)
         else:
-            worst = max(worst, _exit_on_error(run_week, w))
+            worst = max(worst, _exit_on_error(run_week, w, force=force))
         week += dt.timedelta(days=7)
     sys.exit(worst)
 

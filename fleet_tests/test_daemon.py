@@ -47,7 +47,8 @@ def _ui(fleet_env, scrapers: dict, extra_env: dict):
 
         def submit():
             client = DagsterGraphQLClient("127.0.0.1", port_number=current["port"])
-            return client.submit_job_execution("scrape_week", tags={"dagster/partition": WEEK})
+            # WEEK is past: as an operator would, the launch sets the force tag (fleet/policy/pastweek.py)
+            return client.submit_job_execution("scrape_week", tags={"dagster/partition": WEEK, "fleet/force": "true"})
 
         def crash():
             old = current.pop("ui")

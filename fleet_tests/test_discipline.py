@@ -125,6 +125,7 @@ def test_fleet_ui_hands_its_home_to_the_dagster_it_starts(fleet_env, tmp_path, m
     use the same FLEET_HOME as the Dagster instance it set up, not the checkout's `.fleet`."""
     from click.testing import CliRunner
 
+    import dagster  # noqa: F401  before Popen is replaced below: its first import runs `file` through subprocess
     import fleet.cli as cli
 
     elsewhere = tmp_path / "elsewhere"

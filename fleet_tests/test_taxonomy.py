@@ -74,7 +74,9 @@ SENSOR_SCRIPT = textwrap.dedent("""
         # process has FLEET_CRASH_RERUNS=0, so the run re-executes nothing itself: what is left to the sensor is
         # what a run leaves when its own process dies. The sensor, in definitions loaded with a budget of 2
         # (as the daemon's code server would load them), then gets that budget.
-        result = execute_job(reconstructable(d.scrape_week_job), instance, tags={"dagster/partition": "%s"})
+        # WEEK is past: the force tag lets the run scrape it (fleet/policy/pastweek.py)
+        result = execute_job(reconstructable(d.scrape_week_job), instance,
+                             tags={"dagster/partition": "%s", "fleet/force": "true"})
         os.environ["FLEET_CRASH_RERUNS"] = "2"
         run = instance.get_run_by_id(result.run_id)
         failure = [e for e in instance.all_logs(run.run_id, of_type=DagsterEventType.RUN_FAILURE)][0]
@@ -136,7 +138,8 @@ RERUN_SCRIPT = textwrap.dedent("""
         if sys.argv[1] == "first":
             # As the UI would, with refresh on: FLEET_CRASH_RERUNS=0 in this process, so the run re-executes
             # nothing itself and the sensor's rerun run (with the same config) is the re-execution.
-            first = execute_job(reconstructable(d.scrape_week_job), instance, tags={"dagster/partition": "%s"},
+            first = execute_job(reconstructable(d.scrape_week_job), instance,
+                                tags={"dagster/partition": "%s", "fleet/force": "true"},
                                 run_config={"ops": {"raw__crash_once": {"config": {"refresh": True}}}},
                                 asset_selection=[AssetKey(["raw", "crash_once"])], raise_on_error=False)
             print(json.dumps({"first": first.success, "run_id": first.run_id}))
@@ -200,7 +203,7 @@ DEAD_RUN_SCRIPT = textwrap.dedent("""
 
     if __name__ == "__main__":
         instance, mode = get_instance(settings()), sys.argv[1]
-        tags = {tx.PARTITION_TAG: WEEK, **json.loads(sys.argv[2] if len(sys.argv) > 2 else "{}")}
+        tags = {tx.PARTITION_TAG: WEEK, "fleet/force": "true", **json.loads(sys.argv[2] if len(sys.argv) > 2 else "{}")}
         if mode == "run":       # a real multiprocess run of the selected sources
             selection = [AssetKey(["raw", n]) for n in sys.argv[3:]] or None
             os.environ["FLEET_TEST_RUN_PID"] = str(os.getpid())  # kills_its_run's target: this process

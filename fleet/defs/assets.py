@@ -12,7 +12,9 @@ from dagster import (
 from fleet.quality import alerts as alerting
 from fleet.quality import checks as qc
 from fleet.defs.resources import Alerts, ArtifactStore, Browser, DataRepository
+from fleet.policy import pastweek
 from fleet.policy import taxonomy as tx
+from fleet.scraping import outcome as scrape_outcome
 from fleet.scraping.discovery import Source
 from fleet.scraping.runner import run_source
 from fleet.storage import store as keys
@@ -113,6 +115,26 @@ def check_crash_budget(context, source: str, crash_reruns: int) -> None:
                       allow_retries=False)
 
 
+def refuse_past_week(context, source: str, week: str, store, config: RawConfig) -> str | None:
+    """Refuse to scrape today's web into a past week (fleet/policy/pastweek.py), whatever launched the run (the
+    UI, a backfill, the schedule, a sensor, ``fleet run``): the source's outcome is stored as ``refused`` and the
+    step fails with ``Failure(allow_retries=False)``, category ``refused``. Returns the date a past week is
+    scraped on when the run is forced (``fleet/force=true``), else None."""
+    why, forced = pastweek.judge_step(context.instance, context.run, week, source, store=store, deep=config.deep,
+                                      refresh=config.refresh)
+    if forced:
+        context.log.warning(f"[run {context.run_id}] [{source}] week {week} is past; scraping it from today's web "
+                            f"anyway ({pastweek.FORCE_TAG}=true)")
+    if why:
+        scrape_outcome.failed(store, source, week, context.run_id, why, tx.REFUSED, status=tx.REFUSED)
+        context.log.warning(f"[run {context.run_id}] [{source}] {why}")
+        raise Failure(description=f"[{tx.REFUSED}] {why}",
+                      metadata={"fleet/status": tx.REFUSED, "fleet/category": tx.REFUSED, "week": week,
+                                "source": source, "error": MetadataValue.text(why)},
+                      allow_retries=False)
+    return forced
+
+
 def _raw_compute(source: Source, crash_reruns: int):
     """The compute function of ``raw/<source>``: scrape the week (or reuse it), check it, report it."""
     key = AssetKey(["raw", source.name])
@@ -121,12 +143,13 @@ def _raw_compute(source: Source, crash_reruns: int):
         week = context.partition_key
         check_crash_budget(context, source.name, crash_reruns)
         store = artifacts.store()
+        forced = refuse_past_week(context, source.name, week, store, config)
         # A crash's re-execution (in the run, or a rerun run of the sensors or `fleet run`) carries the first
         # attempt's config: its `refresh` must not clear what the crashed attempt left to resume from.
         reexecution = context.retry_number > 0 or context.run.tags.get(tx.TAG_KIND) == "rerun"
         out = run_source(source, week, store=store, run_id=context.run_id, deep=config.deep,
                          timeout_s=config.timeout_s, refresh=config.refresh, reexecution=reexecution,
-                         retry={"attempts": config.retry_attempts}, log=context.log,
+                         retry={"attempts": config.retry_attempts}, forced=forced, log=context.log,
                          settings=browser.worker_settings())
         common = {
             "fleet/status": out.status, "seconds": float(out.seconds), "pages": out.pages,

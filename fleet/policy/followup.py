@@ -9,6 +9,7 @@ from __future__ import annotations
 from dagster import AssetKey, RunRequest, RunsFilter
 
 from fleet.policy import taxonomy as tx
+from fleet.policy.pastweek import FORCE_TAG
 from fleet.storage import store as keys
 
 
@@ -38,7 +39,9 @@ def follow_up_request(instance, run, max_reruns: int, store):
             job_name="scrape_week", partition_key=action.week, run_key=f"rerun:{run.run_id}",
             asset_selection=[AssetKey(["raw", s]) for s in action.sources],
             run_config={"ops": ops} if ops else {},
-            tags={tx.TAG_KIND: "rerun", tx.TAG_ATTEMPT: str(action.attempt), tx.TAG_RECOVERS: run.run_id},
+            tags={tx.TAG_KIND: "rerun", tx.TAG_ATTEMPT: str(action.attempt), tx.TAG_RECOVERS: run.run_id,
+                  # what the run was allowed to scrape, its re-execution is (pastweek.origin judges by it anyway)
+                  **({FORCE_TAG: run.tags[FORCE_TAG]} if FORCE_TAG in run.tags else {})},
         )
     if action.kind == "publish":
         return action, RunRequest(job_name="publish_week", partition_key=action.week, run_key=f"publish:{run.run_id}",

@@ -10,6 +10,9 @@ asset checks the same count when a re-execution starts and fails without retry o
 gets N more. One policy, two drivers: the run-status sensor and ``fleet run`` both call :func:`next_action`.
 ``infra``  the step's process died without reporting, never finished, never started in a failed run, or the browser crashed.
 ``source`` the scraper reported a failure: its exception, its timeout, bad rows, navigation after retries.
+``refused`` the step did not scrape: its week was past when the run was created, without stored rows to reuse
+(fleet/policy/pastweek.py). Nothing crashed and the source is not at fault: never re-executed, never
+counted against the crash budget or toward the source's failures.
 A source whose stored outcome is usable (ok, empty or partial, with its rows stored: ``store.usable_outcome``) is
 not a crash to repair: a step of it that never started, or died after storing its result, is not rerun, and its
 outcome is never overwritten with a crash (fleet/defs/automation.py), so the week keeps its rows.
@@ -30,16 +33,18 @@ INFRA_ERRORS = ("ChildProcessCrashException", "DagsterExecutionInterruptedError"
 TAG_KIND = "fleet/kind"          # scrape | rerun | publish
 TAG_ATTEMPT = "fleet/attempt"
 TAG_RECOVERS = "fleet/recovers"
-TAG_FAILURE = "fleet/failure"    # infra | source | mixed
+TAG_FAILURE = "fleet/failure"    # infra | source | refused | mixed
 TAG_DRIVER = "fleet/driver"      # cli for the runs `fleet run` launches
 PARTITION_TAG = "dagster/partition"
+REFUSED = "refused"              # the category, and the stored status, of a source the past-week rule refused
+CATEGORIES = ("infra", "source", REFUSED)
 
 
 @dataclasses.dataclass
 class StepOutcome:
     source: str
     status: str                  # succeeded | failed | interrupted | not started
-    category: str | None = None  # infra | source
+    category: str | None = None  # infra | source | refused
     error: str | None = None
     metadata: dict = dataclasses.field(default_factory=dict)
     retries: int = 0             # re-executions inside the run after a crash that started (Dagster's retry policy)
@@ -81,7 +86,7 @@ def classify_failure(failure_data) -> tuple[str, str]:
     if user is not None:
         md = _metadata_values(user.metadata)
         cat = md.get("fleet/category")
-        if cat in ("infra", "source"):
+        if cat in CATEGORIES:
             return cat, user.description or (error.message if error else "")
     names = _error_names(error)
     message = (error.message.strip() if error and error.message else "") or "step failed"
@@ -205,11 +210,15 @@ def next_action(instance: DagsterInstance, run, max_reruns: int, store, outcomes
     """What should follow a finished run: re-execute its crashed sources (bounded), publish the week, or nothing.
 
     A crashed source is re-executed while its :func:`crash_reexecutions` for the week (this run's retries
-    included) are fewer than ``max_reruns``; a :func:`settled` source is not re-executed."""
+    included) are fewer than ``max_reruns``; a :func:`settled` source is not re-executed, nor is a ``refused``
+    one. A run whose sources were all refused is followed by nothing."""
     week = run.tags.get(PARTITION_TAG)
     outcomes = run_outcomes(instance, run) if outcomes is None else outcomes
     if not week or not outcomes:
         return Action("none", week, reason="not a scrape run")
+    if all(o.category == REFUSED for o in outcomes.values()):
+        # nothing was scraped or reused: a publish would commit the week's stored rows again, unchanged
+        return Action("none", week, reason=f"every source of the run was refused: week {week} is past")
     crashed = sorted(s for s, o in outcomes.items() if o.category == "infra" and not settled(store, run, s))
     done = crash_reexecutions(instance, week, crashed)
     eligible = [s for s in crashed if done[s] < max_reruns]

@@ -32,7 +32,8 @@ def build(subject: str, body: str, key: str, say: Say) -> str:
 
 
 def for_week(week: str, stage: str, run_id: str, summary: dict) -> tuple[str, str]:
-    """Subject and body of a week's stage commit: the sources included, kept from an earlier attempt, and missing."""
+    """Subject and body of a week's stage commit: the sources included, kept from an earlier attempt, and missing,
+    and the ones scraped into this past week from a later day's web (``fleet/force=true``)."""
     included, kept, missing = (summary.get(k, {}) for k in ("included", "kept", "missing"))
     lines = [f"Week: {week}", f"Stage: {stage}", f"Run: {run_id}",
              f"Sources included ({len(included)}): "
@@ -42,9 +43,15 @@ def for_week(week: str, stage: str, run_id: str, summary: dict) -> tuple[str, st
                      f"({len(kept)}): {_outcomes(kept)}")
     if missing:
         lines.append(f"Sources missing ({len(missing)}): {_outcomes(missing)}")
+    by_day: dict[str, list[str]] = {}
+    for name, day in sorted((summary.get("forced") or {}).items()):
+        by_day.setdefault(day, []).append(name)
+    for day, names in sorted(by_day.items()):
+        lines.append(f"Forced: sources scraped on {day} for past week {week} (fleet/force=true): {', '.join(names)}")
     return f"fleet: {stage} rows for week {week}", "\n".join(lines)
 
 
 def _outcomes(sources: dict[str, dict]) -> str:
-    return ", ".join(f"{k} ({v.get('status')}{', ' + v['category'] if v.get('category') else ''})"
+    return ", ".join(f"{k} ({v.get('status')}"
+                     f"{', ' + v['category'] if v.get('category') and v['category'] != v.get('status') else ''})"
                      for k, v in sorted(sources.items()))

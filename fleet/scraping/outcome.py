@@ -19,8 +19,8 @@ from fleet.storage.store import ArtifactStore
 class Outcome:
     source: str
     week: str
-    status: str                 # ok | empty | partial | failed | timeout
-    category: str | None        # None | source | infra
+    status: str                 # ok | empty | partial | failed | timeout | refused
+    category: str | None        # None | source | infra | refused
     rows: int = 0
     seconds: float = 0.0
     pages: int = 0
@@ -31,6 +31,7 @@ class Outcome:
     attempt: str | None = None
     reused: bool = False
     deep: bool = False
+    forced: str | None = None   # the date a past week was scraped on under the run tag fleet/force=true
 
     @property
     def succeeded(self) -> bool:
@@ -40,9 +41,10 @@ class Outcome:
         return dataclasses.asdict(self)
 
 
-def failed(store: ArtifactStore, source: str, week: str, run_id: str, error: str, category: str) -> Outcome:
-    """An attempt that ended before a worker ran it: stored as the source's outcome for the week."""
-    out = Outcome(source=source, week=week, status="failed", category=category, error=error, run_id=run_id)
+def failed(store: ArtifactStore, source: str, week: str, run_id: str, error: str, category: str,
+           status: str = "failed") -> Outcome:
+    """An attempt that ended before a worker ran it (or was refused one): stored as the source's outcome for the week."""
+    out = Outcome(source=source, week=week, status=status, category=category, error=error, run_id=run_id)
     store.write_json(week, keys.outcome_key(source), out.to_json())
     return out
 
@@ -93,13 +95,14 @@ def classify(source: Source, attempt: Attempt, seen: Supervised, *, timeout: flo
 
 
 def finish(source: Source, week: str, store: ArtifactStore, run_id: str, attempt: str, deep: bool, work: Path,
-           result: dict, seconds: float) -> Outcome:
+           result: dict, seconds: float, forced: str | None = None) -> Outcome:
     """Turn an attempt's result into its outcome; keep its rows (merged with earlier attempts') as the raw artifact."""
     progress = work / f"last_url-{attempt}.txt"  # this attempt's: an earlier attempt's URL is not where it is
     last_url = progress.read_text() if progress.exists() else None
     out = Outcome(source=source.name, week=week, status=result["status"], category=result.get("category"),
                   pages=result.get("pages", 0), error=result.get("error"), url=result.get("url") or last_url,
-                  evidence=result.get("evidence") or {}, seconds=seconds, run_id=run_id, attempt=attempt, deep=deep)
+                  evidence=result.get("evidence") or {}, seconds=seconds, run_id=run_id, attempt=attempt, deep=deep,
+                  forced=forced)
     stack = work / f"stack-{attempt}.txt"
     if out.status == "timeout":
         evidence_dir = store.path(week, keys.evidence_key(source.name))

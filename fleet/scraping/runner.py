@@ -23,13 +23,15 @@ __all__ = ["Outcome", "WorkerSettings", "run_source"]
 
 def run_source(source: Source, week: str, *, store: ArtifactStore, run_id: str, settings: WorkerSettings,
                deep: bool = False, timeout_s: float | None = None, retry: dict | None = None, refresh: bool = False,
-               reexecution: bool = False, log=None) -> Outcome:
+               reexecution: bool = False, forced: str | None = None, log=None) -> Outcome:
     """Scrape ``source`` for ``week`` (reusing a stored complete artifact unless ``refresh``), store and return its
     outcome. ``settings`` says which Chromium to launch and how workers are kept (:class:`WorkerSettings`).
 
     ``refresh`` also clears the source's work for the week (checkpoint, seen URLs, spooled rows), once: not on a
     ``reexecution``, the re-execution of a crashed attempt of the same request (Dagster's retry of the step, a
-    rerun run), which resumes from what the crashed attempt left, as any re-execution does."""
+    rerun run), which resumes from what the crashed attempt left, as any re-execution does. ``forced``: the date
+    a past week is scraped on under ``fleet/force=true`` (fleet/policy/pastweek.py), kept in its outcome so the
+    week's commit says so."""
     log_line = (log.info if log else (lambda *a: None))
     prefix = f"[run {run_id}] [{source.name}]"
     previous = keys.stored_complete(store, week, source.name, deep=deep)
@@ -63,8 +65,8 @@ def run_source(source: Source, week: str, *, store: ArtifactStore, run_id: str, 
     except pool.WorkerStartError as exc:
         result = {"status": "failed", "category": "infra", "error": f"source {source.name}: {exc}"}
         log_line(f"{prefix} {result['error']}")
-        return outcome.finish(source, week, store, run_id, attempt.id, deep, work, result, 0.0)
+        return outcome.finish(source, week, store, run_id, attempt.id, deep, work, result, 0.0, forced)
     seen = supervise.supervise(proc, attempt, how=how, timeout=timeout, startup_s=settings.startup_s,
                                log_line=log_line, prefix=prefix)
     result = outcome.classify(source, attempt, seen, timeout=timeout, startup_s=settings.startup_s)
-    return outcome.finish(source, week, store, run_id, attempt.id, deep, work, result, seen.seconds)
+    return outcome.finish(source, week, store, run_id, attempt.id, deep, work, result, seen.seconds, forced)

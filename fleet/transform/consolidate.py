@@ -42,9 +42,10 @@ def consolidate(store: ArtifactStore, week: str, sources: list[str]) -> dict:
     latest attempt's failure, which is still the source's status. Dropping them would take them out of the week's
     next raw commit.
 
-    Returns a summary: included sources with row counts, kept ones, missing sources with why, and total rows."""
+    Returns a summary: included sources with row counts, kept ones, missing sources with why, the included ones
+    scraped into this (past) week under ``fleet/force=true`` with the date they were scraped on, and total rows."""
     outcomes = week_outcomes(store, week, sources)
-    included, kept, missing, frames = {}, {}, {}, []
+    included, kept, missing, forced, frames = {}, {}, {}, {}, []
     for name, rec in sorted(outcomes.items()):  # sources in name order: the file is deterministic without a sort
         taken, from_earlier = keys.consolidated_outcome(store, week, name)
         if taken is None:
@@ -54,9 +55,11 @@ def consolidate(store: ArtifactStore, week: str, sources: list[str]) -> dict:
             kept[name] = {"status": rec.get("status"), "category": rec.get("category"), "error": rec.get("error"),
                           "rows_from_run": taken.get("run_id"), "rows_from_attempt": taken.get("attempt")}
         included[name] = int(taken.get("rows") or 0)
+        if taken.get("forced"):
+            forced[name] = taken["forced"]
         frames.append(pl.scan_parquet(store.path(week, keys.raw_key(name))).with_columns(pl.lit(name).alias("source")))
     total = sum(included.values())
-    summary = {"week": week, "included": included, "kept": kept, "missing": missing, "rows": total}
+    summary = {"week": week, "included": included, "kept": kept, "missing": missing, "forced": forced, "rows": total}
     if total == 0:
         return summary
     lf = pl.concat(frames, how="diagonal_relaxed")
