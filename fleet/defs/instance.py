@@ -102,7 +102,6 @@ def check_instance(s: Settings, instance) -> None:
     home = Path(os.environ["DAGSTER_HOME"])
     data = read_config(home)
     where = home / "dagster.yaml"
-    limit = None
     if POOL in set(instance.event_log_storage.get_concurrency_keys()):  # `dagster instance concurrency set`
         limit = instance.event_log_storage.get_concurrency_info(POOL).slot_count
     else:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dagster import AssetKey, RunRequest, RunsFilter
 
 from fleet.policy import taxonomy as tx
+from fleet.scraping import outcome
 from fleet.policy.pastweek import FORCE_TAG
 from fleet.storage import store as keys
 
@@ -84,10 +85,7 @@ def record_crashes(run, outcomes, store) -> None:
         if stored and (keys.usable_outcome(store, week, src) is not None or o.status == "not started"
                        or (stored.get("run_id") == run.run_id and stored.get("category") == "infra")):
             continue
-        store.write_json(week, keys.outcome_key(src), {
-            "source": src, "week": week, "status": "failed", "category": "infra", "rows": 0, "seconds": 0.0,
-            "pages": 0, "error": f"source {src}: {o.error}", "url": None, "evidence": {}, "run_id": run.run_id,
-            "attempt": None, "reused": False})
+        outcome.failed(store, src, week, run.run_id, f"source {src}: {o.error}", "infra")
 
 
 def reap_dead_run(instance, run, reason: str) -> None:
