@@ -219,20 +219,25 @@ def _start(settings: WorkerSettings) -> Lease:
         raise
 
 
+def _stop_worker(workers_dir: Path, wid: str, stopped: list[int]) -> None:
+    """Kill worker ``wid`` with its browser if it lives (its pid added to ``stopped``), and clear its files."""
+    pid = workerdir.read_pid(workers_dir, wid)
+    if pid is not None and alive(pid):
+        kill_tree(pid)
+        stopped.append(pid)
+    workerdir.remove(workers_dir, wid)
+
+
 def stop_idle(workers_dir: Path) -> int:
     """Stop the warm workers of ``workers_dir`` that no step is using now (their lock is free), and clear their
     files; return how many were stopped. Workers leave by themselves after ``idle_s``; this is for a caller that
-    is done with them sooner (the end of ``fleet run``)."""
+    is done with them sooner (a benchmark between its runs)."""
     stopped = []
     for wid in workerdir.worker_ids(workers_dir):
         fd = workerdir.try_lock(workers_dir, wid)
         if fd is None:
             continue
-        pid = workerdir.read_pid(workers_dir, wid)
-        if pid is not None and alive(pid):
-            kill_tree(pid)
-            stopped.append(pid)
-        workerdir.remove(workers_dir, wid)
+        _stop_worker(workers_dir, wid, stopped)
         os.close(fd)
     _wait_gone(stopped)
     sweep_tmp(tmp_root(workers_dir))  # the killed workers' browser profiles, and any a worker killed earlier left
@@ -245,12 +250,7 @@ def stop(workers_dir: Path) -> int:
     stopped = []
     if workers_dir.is_dir():
         for pid_file in workers_dir.glob("*.pid"):
-            wid = pid_file.name[:-len(".pid")]
-            pid = workerdir.read_pid(workers_dir, wid)
-            if pid is not None and alive(pid):
-                kill_tree(pid)
-                stopped.append(pid)
-            workerdir.remove(workers_dir, wid)
+            _stop_worker(workers_dir, pid_file.name[:-len(".pid")], stopped)
     _wait_gone(stopped)
     sweep_tmp(tmp_root(workers_dir))
     return len(stopped)
