@@ -3,11 +3,9 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
-import fcntl
 import os
 import signal
 import sys
-from pathlib import Path
 
 import click
 
@@ -31,29 +29,6 @@ def resolve_week(week: str | None, option: str = "--week") -> str:
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint=option) from None
     return check_week_in_partitions(w, settings().start_week)
-
-
-@contextlib.contextmanager
-def week_lock(home: Path, week: str):
-    """One `fleet run` per week on this machine. flock dies with its process, so a killed run never blocks the week."""
-    lock_dir = home / "locks"
-    lock_dir.mkdir(parents=True, exist_ok=True)
-    fh = open(lock_dir / f"{week}.lock", "a+")
-    try:
-        fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        fh.seek(0)
-        holder = fh.read().strip() or "another process"
-        fh.close()
-        raise FleetError(f"week {week} is already being run by {holder}; not starting a second run") from None
-    fh.seek(0)
-    fh.truncate()
-    fh.write(f"pid {os.getpid()}")
-    fh.flush()
-    try:
-        yield
-    finally:
-        fh.close()
 
 
 def run_week(week: str, sources: tuple[str, ...] = (), deep: tuple[str, ...] = (), refresh: bool = False,
@@ -80,7 +55,12 @@ def run_week(week: str, sources: tuple[str, ...] = (), deep: tuple[str, ...] = (
     if not os.environ.get("FLEET_SCRAPERS_DIR", "").strip() and not os.environ.get("FLEET_DEMO_URL", "").strip():
         raise FleetError("no FLEET_SCRAPERS_DIR is set, and the bundled demo scrapers need the demo sites: "
                          "use `fleet demo`, or point FLEET_SCRAPERS_DIR at your scrapers")
-    warm_forkserver()
+    if s.executor == "celery":
+        from fleet.defs.celery import check_broker
+
+        check_broker(s, need_workers=True)  # else every step would wait in the queue for a worker
+    else:
+        warm_forkserver()
     instance = get_instance(s)
     names = sorted(k.path[-1] for k in d.defs.resolve_all_asset_keys() if k.path[0] == "raw")
     unknown = [n for n in (*sources, *deep) if n not in names]
@@ -89,7 +69,7 @@ def run_week(week: str, sources: tuple[str, ...] = (), deep: tuple[str, ...] = (
     ops = {f"{tx.RAW_PREFIX}{n}": {"config": {"deep": n in deep, "refresh": refresh}} for n in (sources or names)
            if n in deep or refresh}
     logging_cfg = {"loggers": {"console": {"config": {"log_level": "INFO"}}}}
-    base_tags = {tx.PARTITION_TAG: week, tx.TAG_DRIVER: "cli", **({FORCE_TAG: "true"} if force else {})}
+    base_tags = {**cli_run_tags(week), **({FORCE_TAG: "true"} if force else {})}
     selection = [AssetKey(["raw", n]) for n in sources] if sources else None
     store = _store()
 
@@ -99,16 +79,38 @@ def run_week(week: str, sources: tuple[str, ...] = (), deep: tuple[str, ...] = (
                              tags={**base_tags, **request.tags}, asset_selection=request.asset_selection)
         return instance.get_run_by_id(result.run_id)
 
-    with week_lock(s.home, week):
-        reap_orphaned_runs(instance, week, echo)
-        echo(f"fleet: scraping week {week} ({len(sources or names)} sources, at most {s.max_parallel} at once)")
-        result = execute_job(reconstructable(d.scrape_week_job), instance, run_config={"ops": ops, **logging_cfg},
-                             tags={**base_tags, tx.TAG_KIND: "scrape"}, asset_selection=selection)
-        run = instance.get_run_by_id(result.run_id)
-        follow_ups = drive(instance, run, s.crash_reruns, store, launch, echo)
-        publish_run = next((r for r in follow_ups if r.tags.get(tx.TAG_KIND) == "publish"), None)
-        return report(instance, week, names, publish_run, echo, selected=list(sources or names),
-                      run_ids=[run.run_id, *(r.run_id for r in follow_ups)])
+    reap_orphaned_runs(instance, week, echo)
+    where = f"on the workers of {s.celery_broker}" if s.executor == "celery" else "on this machine"
+    echo(f"fleet: scraping week {week} ({len(sources or names)} sources, at most {s.max_parallel} at once, {where})")
+    result = execute_job(reconstructable(d.scrape_week_job), instance, run_config={"ops": ops, **logging_cfg},
+                         tags={**base_tags, tx.TAG_KIND: "scrape"}, asset_selection=selection)
+    run = instance.get_run_by_id(result.run_id)
+    superseded(run)
+    follow_ups = drive(instance, run, s.crash_reruns, store, launch, echo)
+    publish_run = next((r for r in follow_ups if r.tags.get(tx.TAG_KIND) == "publish"), None)
+    return report(instance, week, names, publish_run, echo, selected=list(sources or names),
+                  run_ids=[run.run_id, *(r.run_id for r in follow_ups)])
+
+
+def cli_run_tags(week: str) -> dict:
+    """The tags of a run this process executes: its week, its driver, and this process as its run worker from
+    the start (fleet/defs/runworker.py), so a run left behind by a killed `fleet run` is known for dead even if
+    it died before its executor started."""
+    import json
+
+    from fleet.defs.runworker import TAG, identity
+    from fleet.policy import taxonomy as tx
+
+    return {tx.PARTITION_TAG: week, tx.TAG_DRIVER: "cli", TAG: json.dumps(identity(), sort_keys=True)}
+
+
+def superseded(run) -> None:
+    """Raise the FleetError of a run that stopped because an older run of its week was going (one run per
+    week, fleet/defs/claim.py): nothing was done, and the CLI says why."""
+    from fleet.policy import taxonomy as tx
+
+    if tx.TAG_SUPERSEDED in run.tags:
+        raise FleetError(run.tags[tx.TAG_SUPERSEDED])
 
 
 def warm_forkserver() -> None:
@@ -141,16 +143,19 @@ def _store():
 
 
 def reap_orphaned_runs(instance, week: str, echo) -> None:
-    """Runs of this week left "in progress" by a `fleet run` that was killed: we hold the week's lock, so their
-    process is gone. Mark them failed with the reason, so they never block the week."""
+    """Runs of this week left "in progress" by a `fleet run` that was killed: their run worker, recorded on the
+    run (fleet/defs/runworker.py), was a process on this machine that is gone. Mark them failed with the reason,
+    so they never hold the week (fleet/defs/claim.py). A run on another host is the run monitoring's to judge."""
     from dagster import DagsterRunStatus, RunsFilter
 
+    from fleet.defs.runworker import worker_health
     from fleet.policy import taxonomy as tx
     from fleet.policy.followup import reap_dead_run
 
-    stuck = instance.get_runs(RunsFilter(tags={tx.PARTITION_TAG: week, tx.TAG_DRIVER: "cli"},
-                                         statuses=[DagsterRunStatus.STARTED, DagsterRunStatus.STARTING,
-                                                   DagsterRunStatus.NOT_STARTED]))
+    stuck = [run for run in instance.get_runs(RunsFilter(tags={tx.PARTITION_TAG: week, tx.TAG_DRIVER: "cli"},
+                                                         statuses=[DagsterRunStatus.STARTED, DagsterRunStatus.STARTING,
+                                                                   DagsterRunStatus.NOT_STARTED]))
+             if worker_health(run).status == "FAILED"]
     for run in stuck:
         echo(f"fleet: run {run.run_id} for week {week} was left in progress by a process that is gone; marking it failed")
         reap_dead_run(instance, run, "the fleet run process died (kill -9 or reboot)")
@@ -170,11 +175,12 @@ def reprocess_week(week: str, echo=click.echo) -> int:
     if not _store().exists(week, keys.CONSOLIDATED_KEY):
         raise FleetError(f"week {week} has no stored raw rows to reprocess; run it first")
     instance = get_instance(s)
-    with week_lock(s.home, week):
-        result = execute_job(reconstructable(d.publish_week_job), instance,
-                             run_config={"loggers": {"console": {"config": {"log_level": "INFO"}}}},
-                             tags={tx.PARTITION_TAG: week, tx.TAG_DRIVER: "cli", tx.TAG_KIND: "reprocess"},
-                             asset_selection=[AssetKey("post_processed"), AssetKey("processed_commit")])
+    reap_orphaned_runs(instance, week, echo)
+    result = execute_job(reconstructable(d.publish_week_job), instance,
+                         run_config={"loggers": {"console": {"config": {"log_level": "INFO"}}}},
+                         tags={**cli_run_tags(week), tx.TAG_KIND: "reprocess"},
+                         asset_selection=[AssetKey("post_processed"), AssetKey("processed_commit")])
+    superseded(instance.get_run_by_id(result.run_id))
     rec = _store().read_json(week, keys.commit_key("processed"))
     if result.success and rec:
         echo(f"commit processed {rec['status']:<10} {rec['sha']}")
@@ -491,6 +497,35 @@ def ui(port, demo):
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
         sys.exit(code)
+
+
+@main.command()
+@click.option("--concurrency", default=None, type=click.IntRange(1, 256),
+              help="Sources this worker scrapes at once (default: FLEET_WORKER_CONCURRENCY, 10).")
+@click.option("--name", default=None, help="The worker's Celery node name (default: fleet-<host>-<pid>).")
+def worker(concurrency, name):
+    """A Celery worker that runs the scrape steps of FLEET_EXECUTOR=celery runs, with this host's settings."""
+    from fleet.defs import celery
+
+    def start():
+        s = settings()
+        if s.executor != "celery":
+            raise FleetError("fleet worker serves FLEET_EXECUTOR=celery runs: set FLEET_EXECUTOR=celery and "
+                             "FLEET_CELERY_BROKER on this host and on the one that runs the weeks")
+        chromium_path()
+        scraper_dirs()
+        celery.check_broker(s, need_workers=False)
+        from fleet.defs.instance import get_instance
+
+        get_instance(s)  # the instance the steps report to: refused now if Postgres cannot be reached
+        node = celery.worker_name(name)
+        os.environ["FLEET_WORKER_NAME"] = node  # each step's metadata names the host and worker that ran it
+        import fleet.defs.definitions  # noqa: F401  the pool's processes fork with the definitions in memory
+
+        click.echo(f"fleet: worker {node} on {s.celery_broker}, {concurrency or s.worker_concurrency} at once")
+        celery.worker_main(s, concurrency or s.worker_concurrency, node)
+
+    _exit_on_error(start)
 
 
 if __name__ == "__main__":

@@ -105,6 +105,12 @@ class Settings:
     workers: str = "warm"       # warm: workers keep Playwright and a browser between sources; fresh: one per attempt
     compute_logs: bool = False  # Dagster's per-step stdout/stderr capture (tail -F + 2 watcher interpreters per step)
     run_monitor_s: int = 30     # how often the daemon checks that started runs' workers live (fleet/defs/runworker.py)
+    executor: str = "multiprocess"  # multiprocess: steps on this machine; celery: on `fleet worker`s (fleet/defs/celery.py)
+    celery_broker: str = ""     # FLEET_CELERY_BROKER, e.g. redis://host:6379/0
+    celery_backend: str = ""    # FLEET_CELERY_BACKEND; default: the broker
+    worker_concurrency: int = 10  # sources one `fleet worker` scrapes at once (its host's cap)
+    worker_lost_s: float = 30.0   # a worker holding steps that answers no ping this long is dead (fleet/defs/celery.py)
+    postgres_url: str = ""      # FLEET_POSTGRES_URL: written into a new dagster.yaml as the instance's storage
 
     @property
     def store_root(self) -> Path:
@@ -158,7 +164,28 @@ def settings() -> Settings:
         workers=workers,
         compute_logs=env_flag("FLEET_COMPUTE_LOGS"),
         run_monitor_s=_int("FLEET_RUN_MONITOR_S", 30, minimum=1),
+        **_distributed(),
     )
+
+
+def _distributed() -> dict:
+    """The settings of the distributed stack (README, "Running on more than one machine"), checked as a whole:
+    the celery executor needs a broker it can name."""
+    executor = env_choice("FLEET_EXECUTOR", "multiprocess", ("multiprocess", "celery"))
+    broker = os.environ.get("FLEET_CELERY_BROKER", "").strip()
+    backend = os.environ.get("FLEET_CELERY_BACKEND", "").strip() or broker
+    for name, url in (("FLEET_CELERY_BROKER", broker), ("FLEET_CELERY_BACKEND", backend)):
+        if url and not url.startswith(("redis://", "rediss://")):
+            raise FleetError(f"{name} must be a redis:// or rediss:// URL, got {url!r}")
+    if executor == "celery" and not broker:
+        raise FleetError("FLEET_EXECUTOR=celery needs FLEET_CELERY_BROKER, the Redis URL the workers listen on "
+                         "(e.g. redis://127.0.0.1:6379/0)")
+    postgres = os.environ.get("FLEET_POSTGRES_URL", "").strip()
+    if postgres and not postgres.startswith(("postgresql://", "postgres://")):
+        raise FleetError(f"FLEET_POSTGRES_URL must be a postgresql:// URL, got {postgres!r}")
+    return dict(executor=executor, celery_broker=broker, celery_backend=backend,
+                worker_concurrency=_int("FLEET_WORKER_CONCURRENCY", 10, minimum=1),
+                worker_lost_s=env_number("FLEET_WORKER_LOST_S", 30.0, minimum=5), postgres_url=postgres)
 
 
 def chromium_path() -> str:

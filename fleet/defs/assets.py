@@ -1,6 +1,8 @@
 """The asset graph: raw/<source> per scraper -> consolidated_raw_rows -> raw_commit -> post_processed -> processed_commit."""
 # No `from __future__ import annotations` here: Dagster inspects the annotations of asset functions at runtime.
 import dataclasses
+import os
+import socket
 from typing import Optional
 
 import polars as pl
@@ -11,6 +13,7 @@ from dagster import (
 
 from fleet.quality import alerts as alerting
 from fleet.quality import checks as qc
+from fleet.defs import codeversion
 from fleet.defs.resources import Alerts, ArtifactStore, Browser, DataRepository
 from fleet.policy import pastweek
 from fleet.policy import taxonomy as tx
@@ -115,6 +118,22 @@ def check_crash_budget(context, source: str, crash_reruns: int) -> None:
                       allow_retries=False)
 
 
+def host_label() -> str:
+    """Which host scraped: the machine, and the `fleet worker` on it when there is one (FLEET_WORKER_NAME)."""
+    worker = os.environ.get("FLEET_WORKER_NAME", "")
+    return f"{socket.gethostname()} ({worker})" if worker else socket.gethostname()
+
+
+def refuse_other_code(context, source: str) -> None:
+    """A worker whose fleet or scrapers differ from the code the run was planned with refuses the step, naming
+    both versions (fleet/defs/codeversion.py): ``infra``, so it runs again on a worker that matches."""
+    why = codeversion.mismatch(context.run.tags, f"raw/{source}")
+    if why:
+        context.log.error(f"[run {context.run_id}] [{source}] {why}")
+        raise Failure(description=f"[infra] {why}", metadata={"fleet/status": "failed", "fleet/category": "infra",
+                                                              "fleet/host": MetadataValue.text(host_label())})
+
+
 def refuse_past_week(context, source: str, week: str, store, config: RawConfig) -> str | None:
     """Refuse to scrape today's web into a past week (fleet/policy/pastweek.py), whatever launched the run (the
     UI, a backfill, the schedule, a sensor, ``fleet run``): the source's outcome is stored as ``refused`` and the
@@ -141,6 +160,7 @@ def _raw_compute(source: Source, crash_reruns: int):
 
     def _raw(context: AssetExecutionContext, config: RawConfig, artifacts: ArtifactStore, browser: Browser):
         week = context.partition_key
+        refuse_other_code(context, source.name)
         check_crash_budget(context, source.name, crash_reruns)
         store = artifacts.store()
         forced = refuse_past_week(context, source.name, week, store, config)
@@ -153,7 +173,7 @@ def _raw_compute(source: Source, crash_reruns: int):
                          settings=browser.worker_settings())
         common = {
             "fleet/status": out.status, "seconds": float(out.seconds), "pages": out.pages,
-            "url": MetadataValue.text(out.url or "-"),
+            "url": MetadataValue.text(out.url or "-"), "fleet/host": MetadataValue.text(host_label()),
         }
         if not out.succeeded:
             raise Failure(

@@ -6,7 +6,7 @@ from dagster import AssetSelection, Definitions, define_asset_job, in_process_ex
 from fleet.config import Settings, scraper_dirs, settings
 from fleet.defs.assets import PUBLISH_GROUP, RAW_GROUP, partitions, publish_assets, raw_assets
 from fleet.defs.automation import build_automation
-from fleet.defs.executor import recording
+from fleet.defs.executor import fleet_executor
 from fleet.defs.resources import from_settings
 from fleet.scraping.discovery import discover
 
@@ -29,16 +29,29 @@ def build_defs(s: Settings | None = None) -> Definitions:
     # post-processing starts.
     publish_job = define_asset_job("publish_week", selection=AssetSelection.groups(PUBLISH_GROUP),
                                    description="Consolidate, commit raw, post-process, commit processed.",
-                                   executor_def=recording(in_process_executor))
+                                   executor_def=fleet_executor(in_process_executor))
     sensors, schedules = build_automation(scrape_job, publish_job, s.crash_reruns, str(s.store_root))
-    # A process per source step, as many at once as the scrapers pool admits: the pool's limit in the instance
-    # is the cap on sources scraping at once, across runs (fleet/defs/instance.py checks it equals this).
-    executor = recording(multiprocess_executor.configured({
+    return Definitions(assets=[*raw, *publish], jobs=[scrape_job, publish_job], sensors=sensors,
+                       schedules=schedules, executor=scrape_executor(s), resources=from_settings(s))
+
+
+def scrape_executor(s: Settings):
+    """The executor of the scrape job, chosen by FLEET_EXECUTOR. ``multiprocess`` (the default): a process per
+    source step on this machine, as many at once as the scrapers pool admits (the pool's limit in the instance
+    is the cap on sources scraping at once, across runs: fleet/defs/instance.py checks it equals
+    FLEET_MAX_PARALLEL). ``celery``: each step is a task for the `fleet worker`s on FLEET_CELERY_BROKER, the
+    same pool capping them across all hosts (fleet/defs/celery.py)."""
+    if s.executor == "celery":
+        from dagster_celery import celery_executor
+
+        from fleet.defs.celery import executor_config, watching
+
+        return fleet_executor(celery_executor.configured(executor_config(s)),
+                              watch=lambda instance, run: watching(s, instance, run))
+    return fleet_executor(multiprocess_executor.configured({
         "max_concurrent": s.max_parallel,
         "start_method": {"forkserver": {"preload_modules": list(PRELOAD)}},
     }))
-    return Definitions(assets=[*raw, *publish], jobs=[scrape_job, publish_job], sensors=sensors,
-                       schedules=schedules, executor=executor, resources=from_settings(s))
 
 
 defs = build_defs()

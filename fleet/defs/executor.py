@@ -1,34 +1,44 @@
-"""fleet's executors: Dagster's own, each of which first records the process executing the run (its run worker)
-on the run, so that run monitoring can tell when that process has died (fleet/defs/runworker.py)."""
+"""fleet's executors: Dagster's own, wrapped so that each run first claims its week (fleet/defs/claim.py),
+records the process executing it (its run worker, fleet/defs/runworker.py) and the version of the code it was
+planned with (fleet/defs/codeversion.py), and, on Celery, is watched for workers that died (fleet/defs/celery.py)."""
 from __future__ import annotations
+
+import contextlib
 
 from dagster import Executor, ExecutorDefinition
 
+from fleet.defs import codeversion
+from fleet.defs.claim import claim_week
 from fleet.defs.runworker import record_run_worker
 
 
-class RecordingExecutor(Executor):
-    """Delegates to Dagster's executor ``inner``, after recording the run worker: the executor runs in the run
-    worker (under ``fleet run``, the CLI's process), never in a step process."""
+class FleetExecutor(Executor):
+    """Delegates to Dagster's executor ``inner``; ``watch(instance, run)`` is a context manager held while the
+    plan executes. The executor runs in the run worker (under ``fleet run``, the CLI's process), never in a step."""
 
-    def __init__(self, inner: Executor):
+    def __init__(self, inner: Executor, watch=None):
         self.inner = inner
+        self.watch = watch
 
     @property
     def retries(self):
         return self.inner.retries
 
     def execute(self, plan_context, execution_plan):
-        record_run_worker(plan_context.instance, plan_context.run_id)
-        yield from self.inner.execute(plan_context, execution_plan)
+        instance, run = plan_context.instance, plan_context.dagster_run
+        record_run_worker(instance, run.run_id)
+        claim_week(instance, run)
+        instance.add_run_tags(run.run_id, {codeversion.TAG: codeversion.code_version()})
+        with self.watch(instance, run) if self.watch else contextlib.nullcontext():
+            yield from self.inner.execute(plan_context, execution_plan)
 
 
-def recording(executor_def: ExecutorDefinition) -> ExecutorDefinition:
-    """``executor_def``, with the same name, config and requirements, whose executor records the run worker."""
+def fleet_executor(executor_def: ExecutorDefinition, watch=None) -> ExecutorDefinition:
+    """``executor_def``, with the same name, config and requirements, whose executor is a :class:`FleetExecutor`."""
     create = executor_def.executor_creation_fn
 
     def creation_fn(init_context):
-        return RecordingExecutor(create(init_context))
+        return FleetExecutor(create(init_context), watch)
 
     return ExecutorDefinition(name=executor_def.name, config_schema=executor_def.config_schema,
                               requirements=executor_def.get_requirements, executor_creation_fn=creation_fn,

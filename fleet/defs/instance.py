@@ -24,11 +24,18 @@ def dagster_yaml(s: Settings) -> str:
   module: dagster._core.storage.noop_compute_log_manager
   class: NoOpComputeLogManager
 """
+    # Postgres holds runs, events and schedules where every host reaches them; the URL stays in the environment
+    # (Dagster reads `env:` values when the instance loads), so the file holds no password.
+    storage = """storage:
+  postgres:
+    postgres_url:
+      env: FLEET_POSTGRES_URL
+""" if s.postgres_url else ""
     return f"""# Written by fleet for a new FLEET_HOME; yours to edit (fleet never overwrites it). fleet checks at start
 # that the scrapers pool limit, one run per dagster/partition and run monitoring are configured.
 telemetry:
   enabled: false
-{compute_logs}concurrency:
+{storage}{compute_logs}concurrency:
   pools:
     # the cap on sources scraping at once, across runs; FLEET_MAX_PARALLEL must equal it
     default_limit: {s.max_parallel}
@@ -95,6 +102,11 @@ def _partition_limit(data: dict) -> bool:
                and isinstance(x.get("value"), dict) and x["value"].get("applyLimitPerUniqueValue") for x in limits)
 
 
+def _shared_storage(data: dict) -> bool:
+    storage = data.get("storage") or {}
+    return any(k in storage for k in ("postgres", "mysql")) or "Postgres" in str(data.get("run_storage") or "")
+
+
 def check_instance(s: Settings, instance) -> None:
     """Refuse an instance without what fleet relies on, naming the missing ``dagster.yaml`` key: a limit for the
     scrapers pool equal to ``FLEET_MAX_PARALLEL``, the run queue's limit of one run per ``dagster/partition``
@@ -118,6 +130,9 @@ def check_instance(s: Settings, instance) -> None:
     if not _partition_limit(data):
         raise FleetError(f"{where}: concurrency.runs.tag_concurrency_limits has no limit of 1 per unique value of "
                          "dagster/partition; fleet needs one run per week at a time")
+    if s.executor == "celery" and not _shared_storage(data):
+        raise FleetError(f"{where}: storage is this machine's sqlite, but FLEET_EXECUTOR=celery runs steps on other "
+                         "hosts: set storage to postgres (FLEET_POSTGRES_URL writes it into a new dagster.yaml)")
     if not (data.get("run_monitoring") or {}).get("enabled"):
         raise FleetError(f"{where}: run_monitoring.enabled is not true; fleet needs run monitoring to fail runs "
                          "whose worker died")
@@ -132,6 +147,17 @@ def get_instance(s: Settings):
     # Two processes creating a sqlite schema at once race; the first to hold this lock creates it.
     with open(home / ".init.lock", "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        instance = DagsterInstance.get()
+        try:
+            instance = DagsterInstance.get()
+            # Postgres connects lazily: ask it something now, so an unreachable server is refused here, in one
+            # line, and not as a stack trace from the first run
+            instance.get_runs(limit=1)
+        except Exception as exc:
+            if "sqlalchemy" not in type(exc).__module__ and "psycopg" not in type(exc).__module__:
+                raise
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise FleetError(f"the Dagster instance's storage ({home / 'dagster.yaml'}, storage: "
+                             f"{', '.join(read_config(home).get('storage') or {}) or 'sqlite'}) cannot be reached: "
+                             f"{first}") from None
     check_instance(s, instance)
     return instance

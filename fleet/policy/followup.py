@@ -22,7 +22,10 @@ def followed_by(instance, run) -> str | None:
 
 def follow_up_request(instance, run, max_reruns: int, store):
     """``(action, RunRequest or None)``: what should follow ``run`` under fleet's policy. None when nothing
-    should, or when another driver has already launched its follow-up."""
+    should, or when another driver has already launched its follow-up, or when ``run`` stopped because an older
+    run of its week was going (its steps never started; the older run's own follow-up owns the week)."""
+    if tx.TAG_SUPERSEDED in run.tags:
+        return tx.Action("none", run.tags.get(tx.PARTITION_TAG), reason=run.tags[tx.TAG_SUPERSEDED]), None
     outcomes = tx.run_outcomes(instance, run)
     action = tx.next_action(instance, run, max_reruns, store, outcomes=outcomes)
     tag = tx.failure_tag(outcomes.values())

@@ -35,6 +35,7 @@ TAG_ATTEMPT = "fleet/attempt"
 TAG_RECOVERS = "fleet/recovers"
 TAG_FAILURE = "fleet/failure"    # infra | source | refused | mixed
 TAG_DRIVER = "fleet/driver"      # cli for the runs `fleet run` launches
+TAG_SUPERSEDED = "fleet/superseded"  # on a run that stopped because an older run of its week was going (fleet/defs/claim.py)
 PARTITION_TAG = "dagster/partition"
 REFUSED = "refused"              # the category, and the stored status, of a source the past-week rule refused
 CATEGORIES = ("infra", "source", REFUSED)
