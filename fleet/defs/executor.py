@@ -24,6 +24,13 @@ class FleetExecutor(Executor):
     def retries(self):
         return self.inner.retries
 
+    def __getattr__(self, name):
+        # what an executor's own loop asks of the executor in its context (dagster-celery's: app_args)
+        inner = self.__dict__.get("inner")
+        if inner is None:
+            raise AttributeError(name)
+        return getattr(inner, name)
+
     def execute(self, plan_context, execution_plan):
         instance, run = plan_context.instance, plan_context.dagster_run
         record_run_worker(instance, run.run_id)
