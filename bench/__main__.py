@@ -8,11 +8,12 @@ import sys
 import time
 import traceback
 
-ORDER = ["consolidate", "commit", "many_sources", "deep_phase", "fleet_overhead", "crash_recovery"]
+ORDER = ["consolidate", "commit", "many_sources", "deep_phase", "fleet_overhead", "crash_recovery", "scale_out"]
 MODULES = {name: f"bench.{name}" for name in ORDER}
 # (quick, full) pairs of runs per benchmark
 DEFAULT_REPEATS = {"consolidate": (5, 5), "commit": (3, 3), "many_sources": (3, 5), "deep_phase": (2, 3),
-                   "fleet_overhead": (2, 3), "crash_recovery": (2, 3)}
+                   "fleet_overhead": (2, 3), "crash_recovery": (2, 3),
+                   "scale_out": (1, 1)}
 
 
 def main(argv=None) -> int:
@@ -55,6 +56,7 @@ def _extra(name: str, r: dict) -> str:
         "fleet_overhead": ["fleet_wall_s", "baseline_wall_s", "cpu_per_source_s"],
         "crash_recovery": ["crash_wall_s", "clean_wall_s", "crashing", "sources"],
         "deep_phase": ["deep_s", "shallow_s", "deep_pages", "shallow_pages"],
+        "scale_out": ["speedup", "one_worker", "two_workers"],
     }.get(name, [])
     return ", ".join(f"{k}={r[k]}" for k in keys if k in r)
 

@@ -249,12 +249,13 @@ def print_alerts(week: str, echo, run_ids: list[str] | None = None) -> None:
 
 
 def print_status(rows, echo=click.echo) -> None:
-    echo(f"{'source':<20} {'status':<8} {'category':<8} {'rows':>6} {'seconds':>8} {'attempts':>8}  detail")
+    echo(f"{'source':<20} {'status':<8} {'category':<8} {'rows':>6} {'seconds':>8} {'attempts':>8}  {'host':<16}  detail")
     for r in rows:
         detail = r.note or ""
         if r.error:
             detail = (detail + "; " if detail else "") + r.error.strip().splitlines()[0][:140]
-        echo(f"{r.source:<20} {r.status:<8} {(r.category or '-'):<8} {r.rows:>6} {r.seconds:>8.1f} {r.attempts:>8}  {detail}")
+        echo(f"{r.source:<20} {r.status:<8} {(r.category or '-'):<8} {r.rows:>6} {r.seconds:>8.1f} {r.attempts:>8}  "
+             f"{(r.host or '-'):<16}  {detail}")
 
 
 class _Group(click.Group):

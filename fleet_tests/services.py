@@ -97,10 +97,12 @@ class Postgres:
 
 
 class Redis:
-    """Debian's redis-server on a loopback port, persisting nothing, in ``root``."""
+    """Debian's redis-server on a loopback port, in ``root``. ``persist``: an append-only file, as a production
+    broker keeps, so a restart keeps the queue and the results; else nothing is kept."""
 
-    def __init__(self, root: Path, port: int | None = None):
+    def __init__(self, root: Path, port: int | None = None, persist: bool = False):
         self.root = root
+        self.persist = persist
         self.port = port or free_port()
         self.url = f"redis://127.0.0.1:{self.port}/0"
         self.proc: subprocess.Popen | None = None
@@ -111,7 +113,8 @@ class Redis:
             raise RuntimeError("Debian's redis-server is not installed; run .ci/setup")
         self.root.mkdir(parents=True, exist_ok=True)
         self.proc = subprocess.Popen([exe, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
-                                      "--appendonly", "no", "--dir", str(self.root), "--protected-mode", "no"],
+                                      "--appendonly", "yes" if self.persist else "no", "--appendfsync", "always",
+                                      "--dir", str(self.root), "--protected-mode", "no"],
                                      stdout=open(self.root / "redis.log", "ab"), stderr=subprocess.STDOUT)
         wait_port(self.port, proc=self.proc, what="redis-server")
 

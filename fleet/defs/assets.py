@@ -119,9 +119,9 @@ def check_crash_budget(context, source: str, crash_reruns: int) -> None:
 
 
 def host_label() -> str:
-    """Which host scraped: the machine, and the `fleet worker` on it when there is one (FLEET_WORKER_NAME)."""
-    worker = os.environ.get("FLEET_WORKER_NAME", "")
-    return f"{socket.gethostname()} ({worker})" if worker else socket.gethostname()
+    """Which host scraped: the `fleet worker` (its Celery node name, worker@host: FLEET_WORKER_NAME), else the
+    machine."""
+    return os.environ.get("FLEET_WORKER_NAME", "") or socket.gethostname()
 
 
 def refuse_other_code(context, source: str) -> None:

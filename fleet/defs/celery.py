@@ -162,7 +162,7 @@ def watching(s: Settings, instance, run):
 
 
 def worker_name(name: str | None) -> str:
-    return name or f"fleet-{socket.gethostname()}-{os.getpid()}"
+    return name or f"fleet-{os.getpid()}@{socket.gethostname()}"
 
 
 def worker_main(s: Settings, concurrency: int, name: str | None, queues: str = QUEUE, loglevel: str = "INFO") -> None:

@@ -20,6 +20,7 @@ class SourceStatus:
     attempts: int
     error: str | None
     note: str = ""
+    host: str = ""         # where its last step ran
 
 
 def week_runs(instance: DagsterInstance, week: str) -> list:
@@ -65,5 +66,7 @@ def week_status(instance: DagsterInstance, store: ArtifactStore, week: str, sour
         elif last.category == "infra" and attempts and crashed == attempts:
             note = f"infra failure on all {attempts} attempts"
         rows = int(stored.get("rows") or 0) if status in ("ok", "partial", "empty") else 0
-        out.append(SourceStatus(src, status, category, rows, float(stored.get("seconds") or 0), attempts, error, note))
+        host = next((s.host for s in reversed(steps) if s.host), "")
+        out.append(SourceStatus(src, status, category, rows, float(stored.get("seconds") or 0), attempts, error, note,
+                                host))
     return out

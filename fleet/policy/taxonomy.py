@@ -49,6 +49,7 @@ class StepOutcome:
     error: str | None = None
     metadata: dict = dataclasses.field(default_factory=dict)
     retries: int = 0             # re-executions inside the run after a crash that started (Dagster's retry policy)
+    host: str | None = None      # where the step ran (its ``fleet/host`` metadata), when it said so
 
 
 @dataclasses.dataclass
@@ -108,15 +109,21 @@ def planned_steps(instance: DagsterInstance, run) -> list[str]:
 def run_outcomes(instance: DagsterInstance, run) -> dict[str, StepOutcome]:
     """Per source scraped in ``run``: what happened to its step."""
     records = instance.all_logs(run.run_id, of_type={DagsterEventType.STEP_START, DagsterEventType.STEP_SUCCESS,
-                                                      DagsterEventType.STEP_FAILURE, DagsterEventType.STEP_RESTARTED})
+                                                      DagsterEventType.STEP_FAILURE, DagsterEventType.STEP_RESTARTED,
+                                                      DagsterEventType.ASSET_MATERIALIZATION})
     out: dict[str, StepOutcome] = {}
     retries: dict[str, int] = {}
+    hosts: dict[str, str] = {}
     for rec in records:
         ev = rec.dagster_event
         src = source_of(ev.step_key or "")
         if src is None:
             continue
-        if ev.event_type == DagsterEventType.STEP_RESTARTED:
+        if ev.event_type == DagsterEventType.ASSET_MATERIALIZATION:
+            host = _metadata_values(ev.event_specific_data.materialization.metadata).get("fleet/host")
+            if host:
+                hosts[src] = host
+        elif ev.event_type == DagsterEventType.STEP_RESTARTED:
             # a retry that ran; one asked for (STEP_UP_FOR_RETRY) when its run was stopped never did
             retries[src] = retries.get(src, 0) + 1
         elif ev.event_type == DagsterEventType.STEP_START:
@@ -136,6 +143,8 @@ def run_outcomes(instance: DagsterInstance, run) -> dict[str, StepOutcome]:
     for src, n in retries.items():
         if src in out:
             out[src].retries = n
+    for src, o in out.items():
+        o.host = hosts.get(src) or o.metadata.get("fleet/host")
     return out
 
 

@@ -1,0 +1,139 @@
+"""scale_out: latency-bound demo sources on one Celery worker, then on two (a cap of 10 each), on this machine.
+
+Each source fetches PAGES pages of a demo site that answers after LATENCY_MS: its time is network wait, not CPU.
+The floor of a configuration is the total network wait divided by its slots (10 per worker). The wall is the
+scrape run's, from its start to its end as the Dagster instance records them (the publish run that follows is
+the same in both). Both configurations run on the same Postgres, Redis and demo sites, in one invocation.
+CPU is the machine's busy CPU-seconds over each run (/proc/stat), everything included."""
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from bench.util import PY, ROOT, rnd
+
+N_SOURCES = 40
+PAGES = 5
+LATENCY_MS = 5000
+CAP = 10
+GOAL = 1.2
+SPEEDUP_GOAL = 1.7
+
+TEMPLATE = '''import polars as pl
+
+from fleet import Scraper
+from fleet.demo import site_url
+
+
+class Latency{i:02d}(Scraper):
+    """Latency-bound bench source {i}: {pages} pages of a site that answers slowly."""
+
+    name = "lat_{i:02d}"
+    schema = {{"page": pl.Int64, "title": pl.Utf8}}
+    key = ("page",)
+    timeout_s = 600
+
+    async def scrape(self, page, ctx):
+        for p in range({pages}):
+            await ctx.goto(page, site_url(f"/books?week={{ctx.week.isoformat()}}&src={i}&p={{p}}"), timeout_ms=120_000)
+            yield {{"page": p, "title": await page.title()}}
+'''
+
+
+def busy_cpu_s() -> float:
+    with open("/proc/stat") as fh:
+        fields = [int(x) for x in fh.readline().split()[1:]]
+    idle = fields[3] + fields[4]
+    return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")
+
+
+def _worker(env: dict, home: Path, name: str) -> subprocess.Popen:
+    log = home / "worker.log"
+    proc = subprocess.Popen([PY, "-m", "fleet.cli", "worker", "--concurrency", str(CAP), "--name", f"{name}@bench"],
+                            env={**env, "FLEET_HOME": str(home)}, cwd=home, stdout=open(log, "w"),
+                            stderr=subprocess.STDOUT, start_new_session=True)
+    deadline = time.monotonic() + 120
+    while " ready." not in log.read_text():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise RuntimeError(f"worker {name} did not start: {log.read_text()[-2000:]}")
+        time.sleep(0.3)
+    return proc
+
+
+def _stop(proc: subprocess.Popen, home: Path) -> None:
+    from fleet.scraping import pool
+
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(60)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    pool.stop(home / "workers")
+
+
+def one(tmp: Path, env: dict, workers: int, week: str) -> dict:
+    from dagster import DagsterInstance, RunsFilter
+
+    homes = [tmp / f"w{workers}-{i}" for i in range(workers)]
+    orchestrator = tmp / f"o{workers}"
+    for h in (*homes, orchestrator):
+        h.mkdir()
+    procs = [_worker(env, h, f"w{workers}-{i}") for i, h in enumerate(homes)]
+    try:
+        oenv = {**env, "FLEET_HOME": str(orchestrator), "FLEET_MAX_PARALLEL": str(CAP * workers)}
+        cpu0, t0 = busy_cpu_s(), time.monotonic()
+        done = subprocess.run([PY, "-m", "fleet.cli", "run", "--week", week, "--force"], env=oenv, cwd=orchestrator,
+                              capture_output=True, text=True, timeout=1800)
+        total, cpu = time.monotonic() - t0, busy_cpu_s() - cpu0
+        if done.returncode != 0:
+            raise RuntimeError(f"fleet run on {workers} worker(s) exited {done.returncode}: "
+                               f"{done.stdout[-1500:]}{done.stderr[-1500:]}")
+        os.environ["FLEET_POSTGRES_URL"] = env["FLEET_POSTGRES_URL"]
+        instance = DagsterInstance.from_config(str(orchestrator / "dagster"))
+        scrape = [r for r in instance.get_run_records(RunsFilter(tags={"dagster/partition": week}))
+                  if r.dagster_run.tags.get("fleet/kind") == "scrape"][0]
+        wall = scrape.end_time - scrape.start_time
+    finally:
+        for p, h in zip(procs, homes):
+            _stop(p, h)
+    floor = N_SOURCES * PAGES * LATENCY_MS / 1000 / (CAP * workers)
+    return {"wall_s": rnd(wall, 1), "floor_s": rnd(floor, 1), "ratio": rnd(wall / floor), "fleet_run_s": rnd(total, 1),
+            "machine_cpu_s": rnd(cpu, 1), "cores_busy": rnd(cpu / total, 2)}
+
+
+def run(quick: bool, repeats: int) -> dict:
+    sys.path.insert(0, str(ROOT))
+    from fleet.demo.sites import DemoSites
+    from fleet_tests.gitremote import make_remote
+    from fleet_tests.services import Postgres, Redis
+
+    tmp = Path(tempfile.mkdtemp(prefix="bench-scale-"))
+    try:
+        sources = tmp / "sources"
+        sources.mkdir()
+        for i in range(N_SOURCES):
+            (sources / f"lat_{i:02d}.py").write_text(TEMPLATE.format(i=i, pages=PAGES))
+        with Postgres() as pg, Redis(tmp / "redis") as redis, DemoSites(latency_ms=LATENCY_MS) as sites:
+            remote = make_remote(tmp)
+            env = {k: v for k, v in os.environ.items() if not k.startswith("FLEET_") and k != "DAGSTER_HOME"}
+            env.update(PYTHONPATH=str(ROOT), FLEET_START_WEEK="2026-01-05", FLEET_EXECUTOR="celery",
+                       FLEET_CELERY_BROKER=redis.url, FLEET_POSTGRES_URL=pg.url, FLEET_DEMO_URL=sites.url,
+                       FLEET_SCRAPERS_DIR=str(sources), FLEET_DATA_REMOTE=str(remote),
+                       FLEET_ARTIFACTS=str(tmp / "artifacts"), FLEET_WORKER_IDLE_S="10")
+            one_w = one(tmp, env, 1, "2026-10-05")
+            two_w = one(tmp, env, 2, "2026-10-12")
+        speedup = one_w["wall_s"] / two_w["wall_s"]
+        return {"ratio": two_w["ratio"], "speedup": rnd(speedup, 2), "goal": GOAL, "speedup_goal": SPEEDUP_GOAL,
+                "ok": one_w["ratio"] <= GOAL and two_w["ratio"] <= GOAL and speedup >= SPEEDUP_GOAL,
+                "one_worker": one_w, "two_workers": two_w, "sources": N_SOURCES, "pages": PAGES,
+                "latency_ms": LATENCY_MS, "cap_per_worker": CAP}
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
