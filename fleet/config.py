@@ -106,9 +106,22 @@ class Settings:
     compute_logs: bool = False  # Dagster's per-step stdout/stderr capture (tail -F + 2 watcher interpreters per step)
     run_monitor_s: int = 30     # how often the daemon checks that started runs' workers live (fleet/defs/runworker.py)
 
+    artifacts: str = ""         # FLEET_ARTIFACTS: where the artifact store is (a folder or s3://bucket/prefix)
+
     @property
     def store_root(self) -> Path:
+        """The default store: a folder under FLEET_HOME."""
         return self.home / "artifacts"
+
+    @property
+    def store_url(self) -> str:
+        """The artifact store every stage, host and command uses (fleet/storage/store.py ``open_store``)."""
+        return self.artifacts or str(self.store_root)
+
+    @property
+    def artifact_cache(self) -> Path:
+        """This host's cache of a remote store's objects and its scratch (work folders): disposable."""
+        return self.home / "cache" / "artifacts"
 
     @property
     def dagster_home(self) -> Path:
@@ -129,6 +142,16 @@ def _check_home(home: Path) -> None:
         raise FleetError(f"FLEET_HOME {home} cannot be a folder: {existing} is a file")
     if not os.access(existing, os.W_OK | os.X_OK):
         raise FleetError(f"FLEET_HOME {home} is not writable ({existing} is not)")
+
+
+def _artifacts() -> str:
+    """FLEET_ARTIFACTS: empty (the default folder), an absolute folder, or an s3://bucket/prefix URL."""
+    raw = os.environ.get("FLEET_ARTIFACTS", "").strip()
+    if not raw or raw.startswith("s3://"):
+        return raw.rstrip("/")
+    if "://" in raw:
+        raise FleetError(f"FLEET_ARTIFACTS must be a folder or an s3://bucket/prefix URL, got {raw!r}")
+    return str(Path(raw).resolve())
 
 
 def settings() -> Settings:
@@ -158,6 +181,7 @@ def settings() -> Settings:
         workers=workers,
         compute_logs=env_flag("FLEET_COMPUTE_LOGS"),
         run_monitor_s=_int("FLEET_RUN_MONITOR_S", 30, minimum=1),
+        artifacts=_artifacts(),
     )
 
 

@@ -30,7 +30,8 @@ def build_defs(s: Settings | None = None) -> Definitions:
     publish_job = define_asset_job("publish_week", selection=AssetSelection.groups(PUBLISH_GROUP),
                                    description="Consolidate, commit raw, post-process, commit processed.",
                                    executor_def=recording(in_process_executor))
-    sensors, schedules = build_automation(scrape_job, publish_job, s.crash_reruns, str(s.store_root))
+    resources = from_settings(s)
+    sensors, schedules = build_automation(scrape_job, publish_job, s.crash_reruns, resources["artifacts"])
     # A process per source step, as many at once as the scrapers pool admits: the pool's limit in the instance
     # is the cap on sources scraping at once, across runs (fleet/defs/instance.py checks it equals this).
     executor = recording(multiprocess_executor.configured({
@@ -38,7 +39,7 @@ def build_defs(s: Settings | None = None) -> Definitions:
         "start_method": {"forkserver": {"preload_modules": list(PRELOAD)}},
     }))
     return Definitions(assets=[*raw, *publish], jobs=[scrape_job, publish_job], sensors=sensors,
-                       schedules=schedules, executor=executor, resources=from_settings(s))
+                       schedules=schedules, executor=executor, resources=resources)
 
 
 defs = build_defs()
