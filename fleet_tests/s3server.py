@@ -3,27 +3,22 @@ from __future__ import annotations
 
 import contextlib
 import os
-import socket
 import subprocess
 import sys
 import time
 import urllib.request
+
+from fleet_tests.conftest import free_port
 
 # What a process needs to reach the server: the standard AWS variables (any key works with moto).
 CREDENTIALS = {"AWS_ACCESS_KEY_ID": "fleet-test", "AWS_SECRET_ACCESS_KEY": "fleet-test-secret",
                "AWS_DEFAULT_REGION": "us-east-1"}
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @contextlib.contextmanager
 def s3_server(timeout_s: float = 60):
     """Start moto's server on a free loopback port, wait until it answers, yield its endpoint URL, stop it."""
-    port = _free_port()
+    port = free_port()
     endpoint = f"http://127.0.0.1:{port}"
     proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-p", str(port), "-H", "127.0.0.1"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True,
