@@ -152,6 +152,8 @@ def _raw_compute(source: Source, crash_reruns: int):
         common = {
             "fleet/status": out.status, "seconds": float(out.seconds), "pages": out.pages,
             "url": MetadataValue.text(out.url or "-"),
+            # the attempt whose rows and outcome count (fleet/storage/store.py read_outcome): its own keys in the store
+            "fleet/attempt": MetadataValue.text(out.attempt or "-"),
         }
         if not out.succeeded:
             raise Failure(

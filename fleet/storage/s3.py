@@ -7,6 +7,7 @@ ETag; scratch (work folders, a worker's evidence before it is uploaded) lives th
 """
 from __future__ import annotations
 
+import glob
 import os
 import tempfile
 from pathlib import Path
@@ -71,15 +72,17 @@ class S3ArtifactStore(ArtifactStore):
         return self.fs.cat_file(self._path(week, key))
 
     def local_copy(self, week: str, key: str) -> Path:
-        """The object, downloaded into this host's cache once per version (its ETag), renamed into place whole."""
+        """The object, downloaded into this host's cache once per version: the file is named after the object's
+        ETag, so a copy is never taken for another version, whichever process fetched it."""
         remote = self._path(week, key)
-        etag = str(self.fs.info(remote).get("ETag", "")).strip('"')
-        target = self.cache_dir / "objects" / week / key
-        tag = target.with_name(f".{target.name}.etag")
-        if target.is_file() and tag.is_file() and tag.read_text() == etag:
+        etag = "".join(c for c in str(self.fs.info(remote).get("ETag", "")) if c.isalnum() or c == "-")
+        folder = self.cache_dir / "objects" / week / Path(key).parent
+        name = Path(key).name
+        target = folder / f"{name}@{etag}"
+        if target.is_file():
             return target
-        target.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+        folder.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=folder)
         os.close(fd)
         try:
             self.fs.get_file(remote, tmp)
@@ -87,7 +90,9 @@ class S3ArtifactStore(ArtifactStore):
         except BaseException:
             Path(tmp).unlink(missing_ok=True)
             raise
-        tag.write_text(etag)
+        for older in folder.glob(f"{glob.escape(name)}@*"):  # earlier versions (a reader keeps its open file)
+            if older != target:
+                older.unlink(missing_ok=True)
         return target
 
     def delete(self, week: str, key: str) -> None:
