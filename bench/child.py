@@ -105,10 +105,10 @@ def runner_only(directory: str, week: str, cap: str) -> None:
     from fleet.scraping.discovery import discover
     from fleet.scraping.runner import run_source
     from fleet.scraping.settings import WorkerSettings
-    from fleet.storage.store import LocalArtifactStore
+    from fleet.storage.store import open_store
     s = settings()
     sources = discover([Path(directory)])
-    store = LocalArtifactStore(s.store_root)
+    store = open_store(s.store_url, s.artifact_cache)
     ws = WorkerSettings.from_env()
     t = time.perf_counter()
     with ThreadPoolExecutor(int(cap)) as threads:

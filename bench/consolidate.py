@@ -27,9 +27,10 @@ def _write_inputs(root: Path, n: int, m: int) -> int:
             price=(h % 100_000).cast(pl.Float64) / 1000,
             qty=(h % 1000).cast(pl.Int64),
         )
-        store.write_parquet(WEEK, keys.raw_key(name), frame)
-        store.write_json(WEEK, keys.outcome_key(name), {"source": name, "status": "ok", "category": None,
-                                                         "rows": m, "week": WEEK})
+        attempt = keys.new_attempt_id()
+        store.write_parquet(WEEK, keys.raw_key(name, attempt), frame)
+        keys.write_outcome(store, WEEK, {"source": name, "status": "ok", "category": None, "rows": m, "week": WEEK,
+                                         "attempt": attempt})
         total += m
     return total
 

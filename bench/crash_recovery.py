@@ -6,7 +6,6 @@ The crashing sources resume: pages fetched before the crash are skipped (``ctx.s
 from the crashed attempt's spool, so the re-execution costs about half a source."""
 from __future__ import annotations
 
-import json
 import shutil
 import subprocess
 import tempfile
@@ -14,6 +13,8 @@ from pathlib import Path
 
 from bench import fleet_overhead
 from bench.util import PY, median, rnd, run_measured
+from fleet.storage import store as keys
+from fleet.storage.store import LocalArtifactStore
 
 WEEK = "2026-11-16"
 def write_sources(where: Path, n: int, k: int, pages: int) -> list[str]:
@@ -43,7 +44,8 @@ def run(quick: bool, repeats: int) -> dict:
                 env = {**base_env, "FLEET_HOME": str(home), "FLEET_DATA_REMOTE": str(remote),
                        "FLEET_BENCH_CRASH": "1" if kind == "crash" else "0"}
                 r = run_measured([fleet_bin, "run", "--week", WEEK, "--force"], env=env, cwd=tmp, check=False)
-                outcomes = [json.loads(p.read_text()) for p in (home / "artifacts" / WEEK / "raw").glob("*.outcome.json")]
+                store = LocalArtifactStore(home / "artifacts")
+                outcomes = [keys.read_outcome(store, WEEK, f"src_{i:03d}") or {} for i in range(n)]
                 ok = sum(o.get("status") == "ok" for o in outcomes)
                 rows = sum(o.get("rows", 0) for o in outcomes)
                 if r["rc"] != 0 or ok != n or rows != n * pages:

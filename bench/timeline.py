@@ -159,11 +159,11 @@ def main(argv=None) -> int:
     from fleet.config import settings
     from fleet.defs.instance import get_instance
     from fleet.storage import store as keys
-    from fleet.storage.store import LocalArtifactStore
+    from fleet.storage.store import open_store
 
     s, week = settings(), resolve_week(args.week)
-    store = LocalArtifactStore(s.store_root)
-    t = week_timeline(get_instance(s), week, lambda name: store.read_json(week, keys.outcome_key(name)) or {},
+    store = open_store(s.store_url, s.artifact_cache)
+    t = week_timeline(get_instance(s), week, lambda name: keys.read_outcome(store, week, name) or {},
                       s.max_parallel)
     print(json.dumps(t, indent=1) if args.json else render(t))
     return 0

@@ -44,12 +44,14 @@ def run_week(week: str, sources: tuple[str, ...] = (), deep: tuple[str, ...] = (
     from fleet.policy.followup import drive
     from fleet.policy.pastweek import FORCE_TAG
     from fleet.publish import check_remote
+    from fleet.storage.store import check_store
 
     s = settings()
     # Refused before the week is scraped: a bad FLEET_DATA_BRANCH or FLEET_DATA_PREFIX, a FLEET_DATA_REMOTE that is a
     # file or a folder of something else, no Chromium (each worker would fail as infra, the source named but not
     # the cause).
     check_remote(d.defs.resources["data_repo"].data_repo())
+    check_store(d.defs.resources["artifacts"].store())  # a bucket that does not exist, an endpoint that does not answer
     chromium_path()
     scraper_dirs()  # FLEET_SCRAPERS_DIR names folders that exist
     if not os.environ.get("FLEET_SCRAPERS_DIR", "").strip() and not os.environ.get("FLEET_DEMO_URL", "").strip():
@@ -137,9 +139,10 @@ def warm_forkserver() -> None:
 
 
 def _store():
-    from fleet.storage.store import LocalArtifactStore
+    from fleet.storage.store import open_store
 
-    return LocalArtifactStore(settings().store_root)
+    s = settings()
+    return open_store(s.store_url, s.artifact_cache)
 
 
 def reap_orphaned_runs(instance, week: str, echo) -> None:
@@ -400,7 +403,7 @@ def history(source):
     click.echo(f"{'week':<11} {'status':<8} {'category':<8} {'rows':>6} {'seconds':>8}  detail")
     found = False
     for w in store.weeks():
-        rec = store.read_json(w, keys.outcome_key(source))
+        rec = keys.read_outcome(store, w, source)
         if not rec:
             continue
         found = True

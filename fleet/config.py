@@ -112,9 +112,22 @@ class Settings:
     worker_lost_s: float = 30.0   # a worker holding steps that answers no ping this long is dead (fleet/defs/celery.py)
     postgres_url: str = ""      # FLEET_POSTGRES_URL: written into a new dagster.yaml as the instance's storage
 
+    artifacts: str = ""         # FLEET_ARTIFACTS: where the artifact store is (a folder or s3://bucket/prefix)
+
     @property
     def store_root(self) -> Path:
+        """The default store: a folder under FLEET_HOME."""
         return self.home / "artifacts"
+
+    @property
+    def store_url(self) -> str:
+        """The artifact store every stage, host and command uses (fleet/storage/store.py ``open_store``)."""
+        return self.artifacts or str(self.store_root)
+
+    @property
+    def artifact_cache(self) -> Path:
+        """This host's cache of a remote store's objects and its scratch (work folders): disposable."""
+        return self.home / "cache" / "artifacts"
 
     @property
     def dagster_home(self) -> Path:
@@ -135,6 +148,16 @@ def _check_home(home: Path) -> None:
         raise FleetError(f"FLEET_HOME {home} cannot be a folder: {existing} is a file")
     if not os.access(existing, os.W_OK | os.X_OK):
         raise FleetError(f"FLEET_HOME {home} is not writable ({existing} is not)")
+
+
+def _artifacts() -> str:
+    """FLEET_ARTIFACTS: empty (the default folder), an absolute folder, or an s3://bucket/prefix URL."""
+    raw = os.environ.get("FLEET_ARTIFACTS", "").strip()
+    if not raw or raw.startswith("s3://"):
+        return raw.rstrip("/")
+    if "://" in raw:
+        raise FleetError(f"FLEET_ARTIFACTS must be a folder or an s3://bucket/prefix URL, got {raw!r}")
+    return str(Path(raw).resolve())
 
 
 def settings() -> Settings:
@@ -165,6 +188,7 @@ def settings() -> Settings:
         compute_logs=env_flag("FLEET_COMPUTE_LOGS"),
         run_monitor_s=_int("FLEET_RUN_MONITOR_S", 30, minimum=1),
         **_distributed(),
+        artifacts=_artifacts(),
     )
 
 

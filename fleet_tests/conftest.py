@@ -23,6 +23,14 @@ def run_fleet(env: dict, *args: str, timeout: float = 420) -> subprocess.Complet
                           timeout=timeout, cwd=env["FLEET_HOME"])
 
 
+def stored_outcome(home: Path, source: str, week: str = WEEK) -> dict:
+    """The outcome that counts for ``source``'s week in the local store under FLEET_HOME ``home``."""
+    from fleet.storage import store as keys
+    from fleet.storage.store import LocalArtifactStore
+
+    return keys.read_outcome(LocalArtifactStore(home / "artifacts"), week, source) or {}
+
+
 def committed_frame(remote: Path, path: str, ref: str = "main") -> pl.DataFrame:
     """A parquet file as committed: the blob must be an LFS pointer whose object is in the remote's LFS store."""
     pointer = pointer_oid(read_blob(remote, f"{ref}:{path}"))

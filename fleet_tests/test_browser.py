@@ -14,7 +14,7 @@ from fleet.scraping import pool, worker
 from fleet.scraping.discovery import discover
 from fleet.scraping.procs import alive, descendants
 from fleet.scraping.runner import WorkerSettings, run_source
-from fleet.storage.store import LocalArtifactStore, raw_key
+from fleet.storage.store import LocalArtifactStore, rows_key
 from fleet_tests.conftest import ROOT, WEEK, Lines
 
 SCRAPERS = ROOT / "fleet_tests" / "scrapers_browser"
@@ -106,7 +106,7 @@ def test_a_browser_killer_costs_the_other_sources_in_flight_nothing(scrape_home,
     assert "the browser crashed" in killer.error, killer.error
     for name in ("slow_1", "slow_2", "own"):
         assert (outcomes[name].status, outcomes[name].rows) == ("ok", 8), outcomes[name]
-        assert pl.read_parquet(store.path(WEEK, raw_key(name))).height == 8
+        assert store.read_parquet(WEEK, rows_key(outcomes[name].to_json())).height == 8
     started = dict(re.findall(r"\[(\w+)\] worker (\d+) started", str(log)))
     assert len(set(started.values())) == 4, started  # a worker each
     assert "(a worker of its own;" in next(line for line in log.lines if "[own] worker" in line)

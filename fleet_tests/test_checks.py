@@ -27,12 +27,13 @@ def frame(n: int, *, price_filled: float = 0.99, title=lambda i: f"Book number {
 
 def put(store, w: str, df: pl.DataFrame | None, status: str = "ok", source: str = SRC, category=None,
         save_profile: bool = True):
+    attempt = keys.new_attempt_id()
     if df is not None:
-        store.write_parquet(w, keys.raw_key(source), df)
+        store.write_parquet(w, keys.raw_key(source, attempt), df)
         if save_profile:
             checks.save_profile(store, w, source, checks.profile(df))
-    store.write_json(w, keys.outcome_key(source), {
-        "source": source, "week": w, "status": status, "category": category, "rows": 0 if df is None else df.height,
+    keys.write_outcome(store, w, {
+        "source": source, "week": w, "attempt": attempt, "status": status, "category": category, "rows": 0 if df is None else df.height,
         "error": None if status in ("ok", "empty") else f"{status} for a reason",
         "evidence": {"screenshot": f"/ev/{source}/shot.png", "html": f"/ev/{source}/page.html"} if df is None else {},
         "url": "http://example.test/list"})

@@ -6,7 +6,7 @@ import subprocess
 import sys
 import textwrap
 
-from fleet_tests.conftest import WEEK, committed_frame, run_fleet
+from fleet_tests.conftest import WEEK, committed_frame, run_fleet, stored_outcome
 from fleet_tests.gitremote import log, make_remote
 
 COUNTED = textwrap.dedent('''
@@ -91,7 +91,7 @@ def _scrapes(counters) -> dict:
 def _forced_on(fleet_env, name) -> str:
     """The day the stored outcome says ``name`` was scraped on under fleet/force=true: today (UTC), or yesterday
     for a test that crossed midnight."""
-    day = json.loads((fleet_env.home / "artifacts" / WEEK / "raw" / f"{name}.outcome.json").read_text())["forced"]
+    day = stored_outcome(fleet_env.home, name)["forced"]
     today = dt.datetime.now(dt.timezone.utc).date()
     assert day in (today.isoformat(), (today - dt.timedelta(days=1)).isoformat()), day
     return day
@@ -125,7 +125,7 @@ def test_a_past_week_without_stored_rows_is_refused_inside_the_run(fleet_env):
     for name in SOURCES:
         assert line[name].split()[1:3] == ["refused", "refused"], status.stdout
         assert line[name].split()[5] == "0"  # a refusal is no attempt
-    stored = json.loads((fleet_env.home / "artifacts" / WEEK / "raw" / "alpha.outcome.json").read_text())
+    stored = stored_outcome(fleet_env.home, "alpha")
     assert (stored["status"], stored["category"]) == ("refused", "refused")
 
 
@@ -171,7 +171,8 @@ def test_a_forced_past_week_is_scraped_and_its_commit_says_so(fleet_env):
 
     # a tag value that is neither true nor false is refused, naming the tag, not taken as either
     for name in SOURCES:
-        (fleet_env.home / "artifacts" / WEEK / "raw" / f"{name}.outcome.json").unlink()
+        for record in (fleet_env.home / "artifacts" / WEEK / "raw" / name).glob("*.outcome.json"):
+            record.unlink()
     bad = _ui_run(env, script, fleet_env, tags={"fleet/force": "yes"})
     assert {s: o[1] for s, o in bad["outcomes"].items()} == {"alpha": "refused", "beta": "refused"}
     assert "run tag fleet/force='yes' is neither true nor false" in bad["outcomes"]["alpha"][2]

@@ -18,7 +18,7 @@ from fleet.scraping import pool
 from fleet.scraping.discovery import discover
 from fleet.scraping.procs import alive, descendants
 from fleet.scraping.runner import WorkerSettings, run_source
-from fleet.storage.store import LocalArtifactStore, raw_key
+from fleet.storage.store import LocalArtifactStore, rows_key
 from fleet_tests.conftest import ROOT, WEEK, Lines
 
 SCRAPERS = ROOT / "fleet_tests" / "scrapers_pool"
@@ -35,7 +35,7 @@ def _run(home, name, log=None):
     store = LocalArtifactStore(home / "artifacts")
     out = run_source(source, WEEK, store=store, run_id="test", settings=WorkerSettings.from_env(home), refresh=True,
                      log=log)
-    rows = pl.read_parquet(store.path(WEEK, raw_key(name))).to_dicts() if out.status == "ok" else []
+    rows = store.read_parquet(WEEK, rows_key(out.to_json())).to_dicts() if out.status == "ok" else []
     return out, rows
 
 

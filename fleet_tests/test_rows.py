@@ -166,5 +166,5 @@ def test_the_runner_records_a_bad_spooled_row_as_the_source_failing(tmp_path):
     assert (out.status, out.category) == ("failed", "source")
     assert out.error.startswith("source huge_int: column 'id' expects Int64, got 1180591620717411303424 (int): "
                                 "out of range")
-    assert store.read_json(week, keys.outcome_key(source.name))["error"] == out.error
-    assert not store.exists(week, keys.raw_key(source.name))
+    assert keys.read_outcome(store, week, source.name)["error"] == out.error
+    assert not store.exists(week, keys.raw_key(source.name, "1"))

@@ -224,8 +224,8 @@ def test_the_status_of_an_attempt_is_that_of_the_weeks_merged_rows(home, tmp_pat
     assert (first.status, first.rows) == ("partial", 2), first
     second, _ = run(home, src)
     assert (second.status, second.rows) == ("ok", 2), second
-    assert store.read_json(WEEK, keys.outcome_key("then_empty"))["status"] == "ok"
-    assert pl.read_parquet(store.path(WEEK, keys.raw_key("then_empty")))["id"].to_list() == [1, 2]
+    assert keys.read_outcome(store, WEEK, "then_empty")["status"] == "ok"
+    assert store.read_parquet(WEEK, keys.raw_key("then_empty", second.attempt))["id"].to_list() == [1, 2]
 
 
 def test_a_failed_refresh_keeps_the_weeks_good_rows_in_consolidation(home, tmp_path, monkeypatch):
@@ -244,7 +244,7 @@ def test_a_failed_refresh_keeps_the_weeks_good_rows_in_consolidation(home, tmp_p
     monkeypatch.setenv("FLIPS_FAIL", "1")
     failed, _ = run(home, src, refresh=True)
     assert (failed.status, failed.category) == ("failed", "source"), failed
-    assert store.read_json(WEEK, keys.outcome_key("flips"))["status"] == "failed"  # what fleet status reports
+    assert keys.read_outcome(store, WEEK, "flips")["status"] == "failed"  # what fleet status reports
 
     summary = consolidate(store, WEEK, ["flips"])
     assert summary["included"] == {"flips": 2} and summary["missing"] == {}, summary
@@ -262,8 +262,8 @@ def test_consolidation_fsyncs_its_file_before_renaming_it_into_place(tmp_path, m
     from fleet.transform import consolidate as cons
 
     store = LocalArtifactStore(tmp_path / "artifacts")
-    store.write_parquet(WEEK, keys.raw_key("a"), pl.DataFrame({"id": [1, 2]}))
-    store.write_json(WEEK, keys.outcome_key("a"), {"status": "ok", "rows": 2})
+    store.write_parquet(WEEK, keys.raw_key("a", "1"), pl.DataFrame({"id": [1, 2]}))
+    keys.write_outcome(store, WEEK, {"source": "a", "attempt": "1", "status": "ok", "rows": 2})
     calls = []
     fsync, replace = os.fsync, os.replace
     monkeypatch.setattr(os, "fsync", lambda fd: calls.append(("fsync", os.readlink(f"/proc/self/fd/{fd}"))) or fsync(fd))
@@ -289,7 +289,7 @@ def test_a_bad_run_config_fails_its_source_before_a_worker_is_taken(home, tmp_pa
     out = run_source(src, WEEK, store=store, run_id="test", settings=WorkerSettings.from_env(), **config)
     assert (out.status, out.category) == ("failed", "source"), out
     assert says in out.error and "configured" in out.error
-    assert store.read_json(WEEK, keys.outcome_key("configured"))["status"] == "failed"
+    assert keys.read_outcome(store, WEEK, "configured")["status"] == "failed"
     assert not (home / "workers").exists() or not list((home / "workers").rglob("*.pid"))
 
 

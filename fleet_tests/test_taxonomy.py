@@ -5,7 +5,7 @@ import subprocess
 import sys
 import textwrap
 
-from fleet_tests.conftest import ROOT, WEEK, committed_frame, run_fleet
+from fleet_tests.conftest import ROOT, WEEK, committed_frame, run_fleet, stored_outcome
 from fleet_tests.gitremote import log
 
 CRASH_DIR = ROOT / "fleet_tests" / "scrapers_crash"
@@ -176,7 +176,7 @@ def test_a_rerun_run_of_a_refreshed_week_resumes_the_crashed_attempt(fleet_env):
     assert out["config"]["ops"]["raw__crash_once"]["config"]["refresh"] is True  # the rerun carries the refresh
     assert out["rerun"] is True, res.stderr[-4000:]
     assert _runs(counters, "crash_once") == 2
-    outcome = json.loads((fleet_env.home / "artifacts" / WEEK / "raw" / "crash_once.outcome.json").read_text())
+    outcome = stored_outcome(fleet_env.home, "crash_once")
     assert (outcome["status"], outcome["rows"]) == ("ok", 2)
 
 
@@ -219,7 +219,7 @@ DEAD_RUN_SCRIPT = textwrap.dedent("""
             with_budget = tx.next_action(instance, run, 2, store)
             action, request = follow_up_request(instance, run, int(os.environ["FLEET_CRASH_RERUNS"]), store)
             summary = consolidate(store, WEEK, ["kills_its_run", "steady"])
-            stored = {n: store.read_json(WEEK, keys.outcome_key(n)) or {} for n in ("kills_its_run", "steady")}
+            stored = {n: keys.read_outcome(store, WEEK, n) or {} for n in ("kills_its_run", "steady")}
             print(json.dumps({
                 "claimed": [r == run.run_id for r in claimed],
                 "claimed_after": len(instance.event_log_storage.get_concurrency_info("scrapers").claimed_slots),

@@ -14,6 +14,7 @@ from dagster import (
 from fleet.quality import alerts as alerting
 from fleet.quality import checks as qc
 from fleet.defs import codeversion
+from fleet.defs.evidence import evidence_metadata
 from fleet.defs.resources import Alerts, ArtifactStore, Browser, DataRepository
 from fleet.policy import pastweek
 from fleet.policy import taxonomy as tx
@@ -57,10 +58,11 @@ def checks_key(source: str) -> str:
     return f"raw/{source}.checks.json"
 
 
-def run_source_checks(source: Source, week: str, store) -> list:
-    """Evaluate the source's checks on its stored rows against its own history; store the results for alerting."""
+def run_source_checks(source: Source, week: str, store, attempt: str) -> list:
+    """Evaluate the source's checks on the rows ``attempt`` stored, against its own history; store the results
+    for alerting."""
     cls = source.load_class()
-    frame = pl.read_parquet(store.path(week, keys.raw_key(source.name)))
+    frame = store.read_parquet(week, keys.raw_key(source.name, attempt))
     outcomes = qc.source_checks(source.name, cls.schema, frame, qc.history(store, source.name, week),
                                 warn_ratio=cls.volume_warn_ratio, error_ratio=cls.volume_error_ratio, week=week)
     if frame.height == 0:
@@ -78,7 +80,7 @@ def alert_week(context, store, week: str, sources: list[str], alerts: Alerts) ->
     for name in sources:
         failed = [qc.CheckOutcome(**r) for r in (store.read_json(week, checks_key(name)) or []) if not r["passed"]]
         if failed:
-            rec = store.read_json(week, keys.outcome_key(name)) or {}
+            rec = keys.read_outcome(store, week, name) or {}
             found += alerting.from_source_checks(name, week, failed, category=rec.get("category"),
                                                  evidence=rec.get("evidence"), run_id=context.run_id,
                                                  last_good_week=qc.last_good_week(store, name, week))
@@ -90,10 +92,6 @@ def alert_week(context, store, week: str, sources: list[str], alerts: Alerts) ->
     for a in sent:
         context.log.warning(f"[run {context.run_id}] [{a.source or 'week'}] ALERT {a.severity} {a.check}: {a.message}")
     return sent
-
-
-def _md_path(p):
-    return MetadataValue.path(p) if p else MetadataValue.text("-")
 
 
 def crash_retry_policy(crash_reruns: int) -> RetryPolicy:
@@ -174,22 +172,23 @@ def _raw_compute(source: Source, crash_reruns: int):
         common = {
             "fleet/status": out.status, "seconds": float(out.seconds), "pages": out.pages,
             "url": MetadataValue.text(out.url or "-"), "fleet/host": MetadataValue.text(host_label()),
+            # the attempt whose rows and outcome count (fleet/storage/store.py read_outcome): its own keys in the store
+            "fleet/attempt": MetadataValue.text(out.attempt or "-"),
         }
         if not out.succeeded:
             raise Failure(
                 description=f"[{out.category}] {out.error}",
                 metadata={**common, "fleet/category": out.category or "source", "error": MetadataValue.text(out.error or ""),
-                          "screenshot": _md_path(out.evidence.get("screenshot")), "html": _md_path(out.evidence.get("html")),
-                          "evidence_dir": _md_path(str(store.path(week, keys.evidence_key(source.name))))},
+                          **evidence_metadata(store, week, source.name, out.evidence)},
                 # infra (the browser or the worker died) may recover on a re-execution; a source failure will not
                 allow_retries=out.category == "infra",
             )
         if out.status == "partial":
             context.log.warning(f"[run {context.run_id}] [{source.name}] {out.error}; keeping the {out.rows} rows collected")
-        outcomes = run_source_checks(source, week, store)
+        outcomes = run_source_checks(source, week, store, out.attempt)
         coverage = next((o.metadata for o in outcomes if o.name == "coverage"), {})
         yield MaterializeResult(
-            metadata={**common, "dagster/row_count": out.rows, "path": MetadataValue.path(str(store.path(week, keys.raw_key(source.name)))),
+            metadata={**common, "dagster/row_count": out.rows, "path": MetadataValue.path(store.location(week, keys.raw_key(source.name, out.attempt))),
                       "reused": out.reused,
                       **{k: float(v) for k, v in coverage.items() if k.startswith("coverage/") and v is not None}})
         # The checks follow the materialization they evaluate, each naming its asset and check. Embedded in the

@@ -8,20 +8,19 @@ from dagster import (
 
 from fleet.policy import taxonomy as tx
 from fleet.policy.followup import follow_up_request
-from fleet.storage.store import LocalArtifactStore
 from fleet.weeks import last_complete_week
 
 
-def _follow(context: RunStatusSensorContext, crash_reruns: int, store_root: str):
+def _follow(context: RunStatusSensorContext, crash_reruns: int, artifacts):
     run = context.dagster_run
-    action, request = follow_up_request(context.instance, run, crash_reruns, LocalArtifactStore(store_root))
+    action, request = follow_up_request(context.instance, run, crash_reruns, artifacts.store())
     if request is None:
         return SkipReason(f"run {run.run_id}: {action.reason}")
     context.log.info(f"run {run.run_id} for week {action.week}: {action.reason}")
     return request
 
 
-def build_automation(scrape_job, publish_job, crash_reruns: int, store_root: str):
+def build_automation(scrape_job, publish_job, crash_reruns: int, artifacts):
     @run_status_sensor(run_status=DagsterRunStatus.FAILURE, request_jobs=[scrape_job, publish_job],
                        name="fleet_after_failed_run", minimum_interval_seconds=5,
                        default_status=DefaultSensorStatus.RUNNING)
@@ -32,14 +31,14 @@ def build_automation(scrape_job, publish_job, crash_reruns: int, store_root: str
         # which fleet does not set. Give them back, as reap_dead_run does, before its follow-up asks for them. A run
         # that failed by itself holds none (its steps gave them back as they ended).
         context.instance.event_log_storage.free_concurrency_slots_for_run(context.dagster_run.run_id)
-        return _follow(context, crash_reruns, store_root)
+        return _follow(context, crash_reruns, artifacts)
 
     @run_status_sensor(run_status=DagsterRunStatus.SUCCESS, request_jobs=[scrape_job, publish_job],
                        name="fleet_after_scrape_run", minimum_interval_seconds=5,
                        default_status=DefaultSensorStatus.RUNNING)
     def after_successful_run(context: RunStatusSensorContext):
         """After a scrape-only run succeeds, consolidate and commit the week."""
-        return _follow(context, crash_reruns, store_root)
+        return _follow(context, crash_reruns, artifacts)
 
     @schedule(job=scrape_job, cron_schedule="0 6 * * 1", execution_timezone="UTC", name="weekly_fleet",
               default_status=DefaultScheduleStatus.STOPPED)

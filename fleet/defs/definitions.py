@@ -30,9 +30,10 @@ def build_defs(s: Settings | None = None) -> Definitions:
     publish_job = define_asset_job("publish_week", selection=AssetSelection.groups(PUBLISH_GROUP),
                                    description="Consolidate, commit raw, post-process, commit processed.",
                                    executor_def=fleet_executor(in_process_executor))
-    sensors, schedules = build_automation(scrape_job, publish_job, s.crash_reruns, str(s.store_root))
+    resources = from_settings(s)
+    sensors, schedules = build_automation(scrape_job, publish_job, s.crash_reruns, resources["artifacts"])
     return Definitions(assets=[*raw, *publish], jobs=[scrape_job, publish_job], sensors=sensors,
-                       schedules=schedules, executor=scrape_executor(s), resources=from_settings(s))
+                       schedules=schedules, executor=scrape_executor(s), resources=resources)
 
 
 def scrape_executor(s: Settings):

@@ -13,7 +13,7 @@ from dagster import ConfigurableResource, EnvVar
 from fleet import config
 from fleet.config import Settings
 from fleet.scraping.settings import WorkerSettings
-from fleet.storage.store import LocalArtifactStore
+from fleet.storage.store import open_store
 
 TOKEN_VAR = "FLEET_GIT_TOKEN"
 
@@ -43,10 +43,12 @@ class ArtifactStore(ConfigurableResource):
     """Where every stage's artifacts live, addressed by week (raw rows, evidence, consolidated and processed)."""
 
     root: str
-    """A local folder (FLEET_HOME/artifacts)."""
+    """A local folder or an s3://bucket/prefix URL (FLEET_ARTIFACTS; default FLEET_HOME/artifacts)."""
+    cache_dir: str = ""
+    """This host's cache of a remote store's objects, and its scratch (FLEET_HOME/cache/artifacts)."""
 
-    def store(self) -> LocalArtifactStore:
-        return LocalArtifactStore(self.root)
+    def store(self):
+        return open_store(self.root, self.cache_dir or None)
 
 
 class Browser(ConfigurableResource):
@@ -89,7 +91,7 @@ def from_settings(s: Settings) -> dict:
         "data_repo": DataRepository(remote=s.data_remote, branch=s.branch, prefix=s.prefix,
                                     token=EnvVar(TOKEN_VAR) if os.environ.get(TOKEN_VAR) else None,
                                     clone_dir=str(s.clone_dir)),
-        "artifacts": ArtifactStore(root=str(s.store_root)),
+        "artifacts": ArtifactStore(root=s.store_url, cache_dir=str(s.artifact_cache)),
         "browser": Browser(chromium=os.environ.get("FLEET_CHROMIUM", "").strip(), workers=s.workers,
                            worker_idle_s=config.worker_idle_s(), worker_max_sources=config.worker_max_sources(),
                            startup_s=config.browser_startup_s(), home=str(s.home)),

@@ -84,7 +84,7 @@ def record_crashes(run, outcomes, store) -> None:
     for src, o in outcomes.items():
         if o.category != "infra":
             continue
-        stored = store.read_json(week, keys.outcome_key(src))
+        stored = keys.read_outcome(store, week, src)
         if stored and (keys.usable_outcome(store, week, src) is not None or o.status == "not started"
                        or (stored.get("run_id") == run.run_id and stored.get("category") == "infra")):
             continue

@@ -36,7 +36,7 @@ def week_status(instance: DagsterInstance, store: ArtifactStore, week: str, sour
     out = []
     for src in sorted(history):
         steps = history[src]
-        stored = store.read_json(week, keys.outcome_key(src)) or {}
+        stored = keys.read_outcome(store, week, src) or {}
         if not steps:
             out.append(SourceStatus(src, stored.get("status", "not run"), stored.get("category"), int(stored.get("rows") or 0),
                                     float(stored.get("seconds") or 0), 0, stored.get("error")))

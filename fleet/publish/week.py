@@ -13,15 +13,17 @@ STAGE_FILES = {"raw": (keys.CONSOLIDATED_KEY, "raw.parquet"), "processed": (keys
 
 
 def commit_stage(repo: DataRepo, store: ArtifactStore, week: str, stage: str, *, run_id: str, log=None) -> CommitResult:
-    """Commit ``stage`` (raw | processed) of ``week``; the stored artifact is the source of truth."""
+    """Commit ``stage`` (raw | processed) of ``week``; the stored artifact is the source of truth (staged from a
+    local copy: itself for a local store, a download for a remote one)."""
     if stage not in STAGE_FILES:
         raise FleetError(f"unknown stage {stage!r}: use raw or processed")
     key, filename = STAGE_FILES[stage]
-    artifact = store.path(week, key)
-    if not artifact.exists():
-        raise FleetError(f"week {week}: no stored {stage} artifact at {artifact}; run the pipeline for this week first")
+    if not store.exists(week, key):
+        raise FleetError(f"week {week}: no stored {stage} artifact at {store.location(week, key)}; run the pipeline "
+                         f"for this week first")
     if stage == "processed":
-        _refuse_stale_processed(store, week, artifact)
+        _refuse_stale_processed(store, week)
+    artifact = store.local_copy(week, key)
     summary = store.read_json(week, keys.CONSOLIDATED_META_KEY, {}) or {}
     subject, body = message.for_week(week, stage, run_id, summary)
     before = store.read_json(week, keys.commit_key(stage)) or {}
@@ -51,13 +53,14 @@ def describe(rec: dict | None) -> str:
     return f"{rec.get('status', '?'):<10} {(error[0] if error else '')[:160]}{last}"
 
 
-def _refuse_stale_processed(store: ArtifactStore, week: str, processed) -> None:
+def _refuse_stale_processed(store: ArtifactStore, week: str) -> None:
     """The processed rows are made from the consolidated raw rows; if those were consolidated again after them
     (post-processing was killed, or failed, after a new consolidation), committing them would commit last
-    consolidation's data under this one's message. Both are written whole and renamed into place, so their
-    modification times order them."""
-    raw = store.path(week, keys.CONSOLIDATED_KEY)
-    if raw.exists() and processed.stat().st_mtime_ns < raw.stat().st_mtime_ns:
-        raise FleetError(f"week {week}: the stored post-processed rows ({processed}) are older than its consolidated "
+    consolidation's data under this one's message. Both are written whole, so their modification times order
+    them (to the second on S3)."""
+    raw = store.modified_ns(week, keys.CONSOLIDATED_KEY)
+    if raw is not None and (store.modified_ns(week, keys.PROCESSED_KEY) or 0) < raw:
+        raise FleetError(f"week {week}: the stored post-processed rows ({store.location(week, keys.PROCESSED_KEY)}) "
+                         f"are older than its consolidated "
                          f"raw rows; post-processing has not run since the last consolidation. Run `fleet reprocess "
                          f"--week {week}` to make and commit them")

@@ -120,8 +120,8 @@ def save_profile(store: ArtifactStore, week: str, source: str, prof: dict) -> No
 
 
 def _successful(store: ArtifactStore, week: str, source: str) -> bool:
-    out = store.read_json(week, keys.outcome_key(source)) or {}
-    return out.get("status") in SUCCESS_STATUSES and store.exists(week, keys.raw_key(source))
+    out = keys.read_outcome(store, week, source) or {}
+    return out.get("status") in SUCCESS_STATUSES and keys.rows_stored(store, week, out)
 
 
 def _store_weeks(store: ArtifactStore) -> list[str]:
@@ -142,7 +142,7 @@ def history(store: ArtifactStore, source: str, week: str, weeks: int = HISTORY_W
             continue
         prof = store.read_json(w, profile_key(source))
         if not isinstance(prof, dict) or "rows" not in prof:
-            prof = profile(pl.read_parquet(store.path(w, keys.raw_key(source))))
+            prof = profile(store.read_parquet(w, keys.rows_key(keys.read_outcome(store, w, source))))
             try:
                 save_profile(store, w, source, prof)
             except OSError:
@@ -295,7 +295,7 @@ def _week_rows(store: ArtifactStore, week: str, source: str) -> int | None:
         return None
     if isinstance(out.get("rows"), int):
         return out["rows"]
-    return pl.scan_parquet(store.path(week, keys.raw_key(source))).select(pl.len()).collect().item()
+    return store.scan_parquet(week, keys.rows_key(out)).select(pl.len()).collect().item()
 
 
 def week_checks(store: ArtifactStore, week: str, sources: list[str], k_stale: int = 2) -> list[dict]:
@@ -317,7 +317,7 @@ def week_checks(store: ArtifactStore, week: str, sources: list[str], k_stale: in
         good = last_good_week(store, name, week)
         rows = _week_rows(store, week, name)
         if rows is None:
-            out = store.read_json(week, keys.outcome_key(name)) or {}
+            out = keys.read_outcome(store, week, name) or {}
             status = out.get("status") or "not run"
             error = out.get("error") or ("no attempt recorded this week" if not out else "no artifact stored")
             category = out.get("category")

@@ -4,8 +4,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import time
-import uuid
 from pathlib import Path
 
 from fleet.scraping.discovery import Source
@@ -17,8 +15,9 @@ from fleet.storage.store import ArtifactStore
 
 @dataclasses.dataclass(frozen=True)
 class Attempt:
-    """An attempt's files live in the source's work folder for the week, named after the attempt, next to the
-    rows spooled by earlier attempts (what a re-execution resumes from)."""
+    """An attempt's files live in the source's work folder for the week (host-local scratch), named after the
+    attempt, next to the rows spooled by earlier attempts (what a re-execution resumes from, fetched from the store
+    when they were spooled on another host: ``ArtifactStore.sync_down``)."""
 
     id: str
     work: Path
@@ -59,7 +58,7 @@ class Attempt:
 
 def new_attempt(source: Source, week: str, *, store: ArtifactStore, run_id: str, deep: bool, timeout: float,
                 retry: dict | None, settings: WorkerSettings) -> Attempt:
-    attempt = f"{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:6]}"
+    attempt = keys.new_attempt_id()
     work = store.workdir(week, keys.spool_key(source.name))
     spec = {
         "source": source.name, "module_path": str(source.module_path), "class_name": source.class_name,
@@ -70,7 +69,7 @@ def new_attempt(source: Source, week: str, *, store: ArtifactStore, run_id: str,
         "ready_path": str(work / f"ready-{attempt}"),
         "progress_path": str(work / f"last_url-{attempt}.txt"),
         "stack_path": str(work / f"stack-{attempt}.txt"),
-        "evidence_dir": str(store.path(week, keys.evidence_key(source.name))),
+        "evidence_dir": str(store.local_dir(week, keys.evidence_key(source.name))),
         "node_cache": str(settings.node_cache or ""),
         "tmp_root": str(tmp_root(settings.workers_dir)),
         "step_pid": os.getpid(),

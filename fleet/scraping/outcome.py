@@ -1,5 +1,5 @@
-"""What an attempt amounts to: its ``Outcome`` (status and category), its evidence, and the week's raw artifact
-built from the rows of every attempt of the week."""
+"""What an attempt amounts to: its ``Outcome`` (status and category), its evidence, and its raw artifact built
+from the rows of every attempt of the week, each stored under the attempt's own keys."""
 from __future__ import annotations
 
 import dataclasses
@@ -44,8 +44,9 @@ class Outcome:
 def failed(store: ArtifactStore, source: str, week: str, run_id: str, error: str, category: str,
            status: str = "failed") -> Outcome:
     """An attempt that ended before a worker ran it (or was refused one): stored as the source's outcome for the week."""
-    out = Outcome(source=source, week=week, status=status, category=category, error=error, run_id=run_id)
-    store.write_json(week, keys.outcome_key(source), out.to_json())
+    out = Outcome(source=source, week=week, status=status, category=category, error=error, run_id=run_id,
+                  attempt=keys.new_attempt_id())
+    keys.write_outcome(store, week, out.to_json())
     return out
 
 
@@ -59,9 +60,10 @@ def clear_evidence(evidence_dir: Path) -> None:
 
 
 def merge_attempt_rows(source: Source, spool_dir: Path) -> list[dict]:
-    """Rows of every attempt this week, oldest first; a later attempt's row replaces an earlier one with the same key."""
+    """Rows of every attempt this week, oldest first (attempt ids sort by start, on any host: the files' times
+    are those of their download); a later attempt's row replaces an earlier one with the same key."""
     merged: dict[tuple, dict] = {}
-    for spool in sorted(spool_dir.glob("rows-*.jsonl"), key=lambda p: p.stat().st_mtime_ns):
+    for spool in sorted(spool_dir.glob("rows-*.jsonl")):
         for row in read_spool(spool):
             merged[tuple(row.get(c) for c in source.key)] = row
     return list(merged.values())
@@ -105,7 +107,7 @@ def finish(source: Source, week: str, store: ArtifactStore, run_id: str, attempt
                   forced=forced)
     stack = work / f"stack-{attempt}.txt"
     if out.status == "timeout":
-        evidence_dir = store.path(week, keys.evidence_key(source.name))
+        evidence_dir = store.local_dir(week, keys.evidence_key(source.name))
         evidence_dir.mkdir(parents=True, exist_ok=True)
         text = out.error + f"\nlast URL: {out.url or 'unknown (no ctx.goto in this attempt)'}"
         dump = stack.read_text(errors="replace").strip() if stack.exists() else ""
@@ -116,6 +118,11 @@ def finish(source: Source, week: str, store: ArtifactStore, run_id: str, attempt
         (evidence_dir / "error.txt").write_text(text)
         out.evidence = {**out.evidence, "error": str(evidence_dir / "error.txt")}
     stack.unlink(missing_ok=True)
+    out.evidence = store.save_evidence(week, keys.evidence_key(source.name), attempt, out.evidence)
+    # what a rerun on another host resumes from, kept before the outcome that may send one there
+    store.save_work(week, keys.spool_key(source.name), {
+        f"rows-{attempt}.jsonl": work / f"rows-{attempt}.jsonl", f"checkpoint-{attempt}.json": work / "checkpoint.json",
+        f"seen-{attempt}.txt": work / "seen.txt", f"output-{attempt}.log": work / f"output-{attempt}.log"})
 
     if out.status in ("ok", "empty", "timeout"):
         rows = merge_attempt_rows(source, work)
@@ -128,11 +135,11 @@ def finish(source: Source, week: str, store: ArtifactStore, run_id: str, attempt
             except BadRowError as exc:
                 out.status, out.category, out.error = "failed", "source", str(exc)
             else:
-                store.write_parquet(week, keys.raw_key(source.name), frame)
+                # under this attempt's own key: a later failed attempt leaves them in place (consolidation still
+                # takes them, by their outcome), and a late write of an earlier attempt never replaces them
+                store.write_parquet(week, keys.raw_key(source.name, attempt), frame)
                 out.rows = frame.height
                 if out.status in ("ok", "empty"):  # of the week's merged rows, not of this attempt's alone
                     out.status = "ok" if frame.height else "empty"
-                # what a later failed attempt leaves in place: consolidation still has these rows and their outcome
-                store.write_json(week, keys.good_outcome_key(source.name), out.to_json())
-    store.write_json(week, keys.outcome_key(source.name), out.to_json())
+    keys.write_outcome(store, week, out.to_json())
     return out

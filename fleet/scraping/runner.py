@@ -40,12 +40,15 @@ def run_source(source: Source, week: str, *, store: ArtifactStore, run_id: str, 
         log_line(f"{prefix} week {week} already scraped ({out.rows} rows); reusing the stored artifact")
         return out
 
-    work = store.workdir(week, keys.spool_key(source.name))
+    spool = keys.spool_key(source.name)
     if refresh and not reexecution:
         log_line(f"{prefix} refresh: clearing this week's checkpoint and spooled rows")
-        for p in work.iterdir():
+        for key in store.list(week, spool):
+            store.delete(week, key)
+        for p in store.workdir(week, spool).iterdir():
             p.unlink()
-    outcome.clear_evidence(store.path(week, keys.evidence_key(source.name)))
+    work = store.sync_down(week, spool)
+    outcome.clear_evidence(store.local_dir(week, keys.evidence_key(source.name)))
     if source.broken:
         return outcome.failed(store, source.name, week, run_id, source.error, "source")
 

@@ -1,9 +1,5 @@
-"""Consolidation: every successful source's stored raw rows for a week in one file (polars, lazy, streamed to disk)."""
+"""Consolidation: every successful source's stored raw rows for a week in one file (polars, lazy, streamed into the store)."""
 from __future__ import annotations
-
-import os
-import tempfile
-from pathlib import Path
 
 import polars as pl
 
@@ -11,25 +7,11 @@ from fleet.storage import store as keys
 from fleet.storage.store import ArtifactStore
 
 
-def sink_parquet(lf: pl.LazyFrame, target: Path) -> None:
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-    os.close(fd)
-    try:
-        lf.sink_parquet(tmp)
-        with open(tmp, "rb") as fh:  # on disk before it is renamed into place, as the store's _atomic_write does
-            os.fsync(fh.fileno())
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def week_outcomes(store: ArtifactStore, week: str, sources: list[str]) -> dict[str, dict]:
     """Each source's stored outcome for the week; a source with none is reported as not run."""
     out = {}
     for name in sources:
-        rec = store.read_json(week, keys.outcome_key(name))
+        rec = keys.read_outcome(store, week, name)
         out[name] = rec or {"source": name, "status": "not run", "category": None, "error": "no attempt recorded this week"}
     return out
 
@@ -57,13 +39,13 @@ def consolidate(store: ArtifactStore, week: str, sources: list[str]) -> dict:
         included[name] = int(taken.get("rows") or 0)
         if taken.get("forced"):
             forced[name] = taken["forced"]
-        frames.append(pl.scan_parquet(store.path(week, keys.raw_key(name))).with_columns(pl.lit(name).alias("source")))
+        frames.append(store.scan_parquet(week, keys.rows_key(taken)).with_columns(pl.lit(name).alias("source")))
     total = sum(included.values())
     summary = {"week": week, "included": included, "kept": kept, "missing": missing, "forced": forced, "rows": total}
     if total == 0:
         return summary
     lf = pl.concat(frames, how="diagonal_relaxed")
     cols = ["source"] + [c for c in lf.collect_schema().names() if c != "source"]
-    sink_parquet(lf.select(cols), store.path(week, keys.CONSOLIDATED_KEY))
+    store.sink_parquet(week, keys.CONSOLIDATED_KEY, lf.select(cols))
     store.write_json(week, keys.CONSOLIDATED_META_KEY, summary)
     return summary

@@ -5,14 +5,13 @@ import polars as pl
 
 from fleet.storage import store as keys
 from fleet.storage.store import ArtifactStore
-from fleet.transform.consolidate import sink_parquet
 
 
 def post_process(store: ArtifactStore, week: str) -> int:
     """The demo's expensive stage: normalise strings, drop rows duplicated across sources, derive columns.
 
     Reads only the stored consolidated raw rows; writes ``post_processed.parquet``. Returns the row count."""
-    lf = pl.scan_parquet(store.path(week, keys.CONSOLIDATED_KEY))
+    lf = store.scan_parquet(week, keys.CONSOLIDATED_KEY)
     schema = lf.collect_schema()
     strings = [c for c, t in schema.items() if t == pl.String and c != "source"]
     data_cols = [c for c in schema.names() if c != "source"]
@@ -27,5 +26,5 @@ def post_process(store: ArtifactStore, week: str) -> int:
                           separator="\x1f").hash(seed=0).cast(pl.String).alias("row_id"),
         )
     )
-    sink_parquet(lf, store.path(week, keys.PROCESSED_KEY))
-    return pl.scan_parquet(store.path(week, keys.PROCESSED_KEY)).select(pl.len()).collect().item()
+    written = store.sink_parquet(week, keys.PROCESSED_KEY, lf)
+    return pl.scan_parquet(written).select(pl.len()).collect().item()
