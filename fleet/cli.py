@@ -57,7 +57,7 @@ def week_lock(home: Path, week: str):
 
 
 def run_week(week: str, sources: tuple[str, ...] = (), deep: tuple[str, ...] = (), refresh: bool = False,
-             force: bool = False, echo=click.echo) -> int:
+             force: bool = False, echo=click.echo, verbose: bool = False) -> int:
     """Drive one week through the same jobs the schedule and UI use, and the same follow-up policy as the sensors
     (fleet/policy/followup.py), here in-process instead of from the daemon. ``force`` tags the runs
     ``fleet/force=true``: the raw assets then scrape a past week from today's web (fleet/policy/pastweek.py)."""
@@ -65,6 +65,7 @@ def run_week(week: str, sources: tuple[str, ...] = (), deep: tuple[str, ...] = (
 
     from fleet.defs import definitions as d
     from fleet.defs.instance import get_instance
+    from fleet.lifecycle.progress import Progress
     from fleet.policy import taxonomy as tx
     from fleet.policy.followup import drive
     from fleet.policy.pastweek import FORCE_TAG
@@ -88,7 +89,7 @@ def run_week(week: str, sources: tuple[str, ...] = (), deep: tuple[str, ...] = (
         raise FleetError(f"unknown source(s): {', '.join(unknown)}; known: {', '.join(names)}")
     ops = {f"{tx.RAW_PREFIX}{n}": {"config": {"deep": n in deep, "refresh": refresh}} for n in (sources or names)
            if n in deep or refresh}
-    logging_cfg = {"loggers": {"console": {"config": {"log_level": "INFO"}}}}
+    logging_cfg = {"loggers": {"console": {"config": {"log_level": "DEBUG" if verbose else "INFO"}}}}
     base_tags = {tx.PARTITION_TAG: week, tx.TAG_DRIVER: "cli", **({FORCE_TAG: "true"} if force else {})}
     selection = [AssetKey(["raw", n]) for n in sources] if sources else None
     store = _store()
@@ -102,10 +103,12 @@ def run_week(week: str, sources: tuple[str, ...] = (), deep: tuple[str, ...] = (
     with week_lock(s.home, week):
         reap_orphaned_runs(instance, week, echo)
         echo(f"fleet: scraping week {week} ({len(sources or names)} sources, at most {s.max_parallel} at once)")
-        result = execute_job(reconstructable(d.scrape_week_job), instance, run_config={"ops": ops, **logging_cfg},
-                             tags={**base_tags, tx.TAG_KIND: "scrape"}, asset_selection=selection)
-        run = instance.get_run_by_id(result.run_id)
-        follow_ups = drive(instance, run, s.crash_reruns, store, launch, echo)
+        with Progress(instance, store, week, len(sources or names), echo,
+                      live=echo is click.echo and sys.stdout.isatty() and not verbose):
+            result = execute_job(reconstructable(d.scrape_week_job), instance, run_config={"ops": ops, **logging_cfg},
+                                 tags={**base_tags, tx.TAG_KIND: "scrape"}, asset_selection=selection)
+            run = instance.get_run_by_id(result.run_id)
+            follow_ups = drive(instance, run, s.crash_reruns, store, launch, echo)
         publish_run = next((r for r in follow_ups if r.tags.get(tx.TAG_KIND) == "publish"), None)
         return report(instance, week, names, publish_run, echo, selected=list(sources or names),
                       run_ids=[run.run_id, *(r.run_id for r in follow_ups)])
@@ -243,12 +246,14 @@ def print_alerts(week: str, echo, run_ids: list[str] | None = None) -> None:
 
 
 def print_status(rows, echo=click.echo) -> None:
-    echo(f"{'source':<20} {'status':<8} {'category':<8} {'rows':>6} {'seconds':>8} {'attempts':>8}  detail")
+    # as wide as the longest name (up to NAME_MAX, 63), at least 20 as it always was
+    w = max([20, *(len(r.source) for r in rows)])
+    echo(f"{'source':<{w}} {'status':<11} {'category':<8} {'rows':>6} {'seconds':>8} {'attempts':>8}  detail")
     for r in rows:
         detail = r.note or ""
         if r.error:
             detail = (detail + "; " if detail else "") + r.error.strip().splitlines()[0][:140]
-        echo(f"{r.source:<20} {r.status:<8} {(r.category or '-'):<8} {r.rows:>6} {r.seconds:>8.1f} {r.attempts:>8}  {detail}")
+        echo(f"{r.source:<{w}} {r.status:<11} {(r.category or '-'):<8} {r.rows:>6} {r.seconds:>8.1f} {r.attempts:>8}  {detail}")
 
 
 class _Group(click.Group):
@@ -283,6 +288,7 @@ def _check_run_options(sources: tuple[str, ...], deep: tuple[str, ...]) -> None:
 
 
 def _run_options(f):
+    f = click.option("-v", "--verbose", is_flag=True, help="Show Dagster's DEBUG lines (step events) too.")(f)
     f = click.option("--force", is_flag=True, help="Allow scraping a week older than the last complete week.")(f)
     f = click.option("--refresh", is_flag=True, help="Scrape again even where this week's raw artifact is stored.")(f)
     f = click.option("--deep", multiple=True, metavar="NAME", help="Turn on NAME's expensive phase.")(f)
@@ -324,17 +330,17 @@ def _exit_on_error(fn, *args, **kwargs):
 
 @main.command()
 @_run_options
-def run(week, sources, deep, refresh, force):
+def run(week, sources, deep, refresh, force, verbose):
     """Run the weekly pipeline for one week."""
     w = resolve_week(week)
     _check_run_options(sources, deep)
     refuse_past_week(w, force, sources, deep, refresh)
-    sys.exit(_exit_on_error(run_week, w, sources, deep, refresh, force))
+    sys.exit(_exit_on_error(run_week, w, sources, deep, refresh, force, verbose=verbose))
 
 
 @main.command()
 @_run_options
-def demo(week, sources, deep, refresh, force):
+def demo(week, sources, deep, refresh, force, verbose):
     """Start the bundled demo sites on 127.0.0.1 and run the demo scrapers against them."""
     from fleet.demo.sites import DemoSites
 
@@ -344,7 +350,7 @@ def demo(week, sources, deep, refresh, force):
     with DemoSites() as sites:
         os.environ["FLEET_DEMO_URL"] = sites.url
         click.echo(f"fleet: demo sites at {sites.url}")
-        code = _exit_on_error(run_week, w, sources, deep, refresh, force)
+        code = _exit_on_error(run_week, w, sources, deep, refresh, force, verbose=verbose)
     sys.exit(code)
 
 
