@@ -499,5 +499,51 @@ def ui(port, demo):
         sys.exit(code)
 
 
+@main.command("new")
+@click.argument("name")
+@click.argument("url")
+def new_source(name, url):
+    """Write scrapers/NAME.py, a short scraper that opens URL, and its fixture recorded from URL."""
+    from fleet.lifecycle.scaffold import new
+
+    module, har, expect = new(name, url, scraper_dirs())
+    click.echo(f"fleet: wrote {module} and {har} ({expect['rows']} row(s)); edit the scraper, then "
+               f"`fleet record {name}` and `fleet test {name}`")
+
+
+@main.command("test")
+@click.argument("names", nargs=-1)
+def test_cmd(names):
+    """Replay each source (or NAMES) offline from its recorded fixture and check its rows. Exit 0: all pass; 1:
+    some failed; 2: usage error."""
+    from fleet.lifecycle.replay import print_table, test_sources
+
+    chromium_path()
+    rows = test_sources(scraper_dirs(), names)
+    print_table(rows, click.echo)
+    if not any(r.result != "skip" for r in rows):
+        click.echo("fleet: no source has a fixture; nothing was tested")
+    sys.exit(EXIT_PARTIAL if any(r.result == "fail" for r in rows) else EXIT_OK)
+
+
+@main.command()
+@click.argument("name")
+def record(name):
+    """Record NAME's fixture again from the live site, update its expectation, and show the difference."""
+    from fleet.lifecycle.replay import demo_sites_if_bundled, record as record_fixture, select
+
+    chromium_path()
+    (source,), _ = select(scraper_dirs(), (name,))
+    with demo_sites_if_bundled():
+        old, new = record_fixture(source)
+    if old is None:
+        click.echo(f"fleet: recorded {name}: {new['rows']} rows (no earlier fixture)")
+        return
+    from fleet.lifecycle.fixtures import compare
+
+    diff = compare(old, new)
+    click.echo(f"fleet: recorded {name}: " + ("; ".join(diff) if diff else f"no change ({new['rows']} rows)"))
+
+
 if __name__ == "__main__":
     main()
