@@ -77,6 +77,7 @@ def scrub(raw_zip: Path, target: Path) -> int:
             z.writestr("har.har", json.dumps(har))
             for n, data in others.items():
                 z.writestr(n, data)
+        os.chmod(tmp, 0o644)  # mkstemp's 0600 would keep a fixture meant for the repository from others
         os.replace(tmp, target)
     finally:
         if os.path.exists(tmp):
