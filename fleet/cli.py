@@ -433,6 +433,32 @@ def status(week):
         click.echo(f"  {c['severity']:<5} {name:<20} {c['name']:<10} {c['message'].splitlines()[0][:140]}")
     for stage in ("raw", "processed"):
         click.echo(f"commit {stage:<9} {describe(store.read_json(w, keys.commit_key(stage)))}")
+    print_quarantined(store)
+
+
+def print_quarantined(store, echo=click.echo) -> None:
+    from fleet.lifecycle import quarantine
+    from fleet.scraping.discovery import discover
+
+    for q in quarantine.current(store, discover(scraper_dirs())):
+        echo(f"quarantined {q.source}: {q.describe()}")
+
+
+@main.command()
+@click.argument("name")
+def unquarantine(name):
+    """Lift NAME's quarantine: the next weekly run scrapes it again."""
+    from fleet.lifecycle import quarantine
+    from fleet.lifecycle.replay import select
+
+    (source,), _ = select(scraper_dirs(), (name,))
+    store = _store()
+    q = quarantine.state(store, name, source.quarantine_after)
+    if q is None:
+        click.echo(f"fleet: source {name} is not quarantined")
+        return
+    quarantine.lift(store, name, by="fleet unquarantine")
+    click.echo(f"fleet: lifted the quarantine of {name} (failed weeks {', '.join(q.weeks)}); the next run scrapes it")
 
 
 @main.command()

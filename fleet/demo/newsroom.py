@@ -41,6 +41,7 @@ class Newsroom:
     def __init__(self, change_week: str | None = None, stories: int = STORIES):
         self.change_week = change_week
         self.stories = stories
+        self.hits: list[str] = []  # every request's path and query, in order
         self._server: ThreadingHTTPServer | None = None
 
     @property
@@ -65,6 +66,7 @@ class Newsroom:
 
             def do_GET(self):
                 parts = urlsplit(self.path)
+                site.hits.append(self.path)
                 week = (parse_qs(parts.query).get("week") or ["2026-01-05"])[0]
                 if parts.path == "/news":
                     changed = site.change_week is not None and week >= site.change_week

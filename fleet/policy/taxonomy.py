@@ -37,7 +37,8 @@ TAG_FAILURE = "fleet/failure"    # infra | source | refused | mixed
 TAG_DRIVER = "fleet/driver"      # cli for the runs `fleet run` launches
 PARTITION_TAG = "dagster/partition"
 REFUSED = "refused"              # the category, and the stored status, of a source the past-week rule refused
-CATEGORIES = ("infra", "source", REFUSED)
+QUARANTINED = "quarantined"      # the category, and the stored status, of a source the run skipped (fleet/lifecycle/quarantine.py)
+CATEGORIES = ("infra", "source", REFUSED, QUARANTINED)
 
 
 @dataclasses.dataclass
