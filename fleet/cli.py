@@ -571,5 +571,25 @@ def record(name):
     click.echo(f"fleet: recorded {name}: " + ("; ".join(diff) if diff else f"no change ({new['rows']} rows)"))
 
 
+@main.command()
+@click.option("--changed-since", "ref", required=True, metavar="REF",
+              help="Run the sources that the changes since this git commit touch.")
+def smoke(ref):
+    """Run, live and once each, exactly the sources a git diff touches; nothing is committed. Exit 0: all pass or
+    none affected; 1: some failed; 2: usage error."""
+    from fleet.lifecycle import smoke as smoking
+    from fleet.lifecycle.replay import demo_sites_if_bundled, print_table
+    from fleet.scraping.discovery import discover
+
+    chromium_path()
+    dirs = scraper_dirs()
+    with demo_sites_if_bundled():
+        rows = smoking.smoke(discover(dirs), ref, dirs[0], _store(), click.echo)
+    if rows is None:
+        sys.exit(EXIT_OK)
+    print_table(rows, click.echo)
+    sys.exit(EXIT_PARTIAL if any(r.result == "fail" for r in rows) else EXIT_OK)
+
+
 if __name__ == "__main__":
     main()
