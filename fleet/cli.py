@@ -433,13 +433,17 @@ def status(week):
         click.echo(f"  {c['severity']:<5} {name:<20} {c['name']:<10} {c['message'].splitlines()[0][:140]}")
     for stage in ("raw", "processed"):
         click.echo(f"commit {stage:<9} {describe(store.read_json(w, keys.commit_key(stage)))}")
-    print_quarantined(store)
+    print_lifecycle(store, w)
 
 
-def print_quarantined(store, echo=click.echo) -> None:
+def print_lifecycle(store, week: str, echo=click.echo) -> None:
+    """The sources carried forward into ``week``, and those in quarantine now."""
     from fleet.lifecycle import quarantine
     from fleet.scraping.discovery import discover
+    from fleet.storage import store as keys
 
+    for name, c in sorted(((store.read_json(week, keys.CONSOLIDATED_META_KEY) or {}).get("carried") or {}).items()):
+        echo(f"carried forward {name}: {c['rows']} rows of week {c['from']} (stale_since {c['from']}); this week {c['status']}")
     for q in quarantine.current(store, discover(scraper_dirs())):
         echo(f"quarantined {q.source}: {q.describe()}")
 

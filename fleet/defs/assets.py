@@ -246,7 +246,7 @@ def publish_assets(sources: list[Source], partitions_def):
         """All sources' rows for the week in one parquet file with a `source` column: whatever succeeded this week."""
         week = context.partition_key
         store = artifacts.store()
-        summary = consolidate(store, week, names)
+        summary = consolidate(store, week, names, carry={s.name: s.carry_forward_weeks for s in sources if s.carry_forward})
         alert_week(context, store, week, names, alerts, {s.name: s.quarantine_after for s in sources})
         if summary["rows"] == 0:
             raise Failure(description=f"infrastructure failure: no source returned data for week {week}",
@@ -258,7 +258,7 @@ def publish_assets(sources: list[Source], partitions_def):
         return MaterializeResult(metadata={
             "dagster/row_count": summary["rows"], "sources_included": len(summary["included"]),
             "sources_missing": len(summary["missing"]), "missing": MetadataValue.json(summary["missing"]),
-            "included": MetadataValue.json(summary["included"]),
+            "included": MetadataValue.json(summary["included"]), "carried": MetadataValue.json(summary["carried"]),
         })
 
     def _commit(context, stage: str, data_repo: DataRepository, artifacts: ArtifactStore) -> MaterializeResult:
