@@ -595,5 +595,22 @@ def smoke(ref):
     sys.exit(EXIT_PARTIAL if any(r.result == "fail" for r in rows) else EXIT_OK)
 
 
+@main.command()
+@click.argument("names", nargs=-1)
+def canary(names):
+    """One live page per source (or NAMES), through each scraper's first navigation and first rows; nothing is
+    committed. A source that starts failing raises one alert. Exit 0: all pass; 1: some failed; 2: usage error."""
+    from fleet.lifecycle.canary import check
+    from fleet.lifecycle.replay import demo_sites_if_bundled, print_table, select
+
+    chromium_path()
+    s = settings()
+    sources, _ = select(scraper_dirs(), names)
+    with demo_sites_if_bundled():
+        rows = check(sources, _store(), s.home)  # the webhook: FLEET_ALERT_WEBHOOK, as for every alert
+    print_table(rows, click.echo)
+    sys.exit(EXIT_PARTIAL if any(r.result == "fail" for r in rows) else EXIT_OK)
+
+
 if __name__ == "__main__":
     main()

@@ -6,6 +6,7 @@ from dagster import AssetSelection, Definitions, define_asset_job, in_process_ex
 from fleet.config import Settings, scraper_dirs, settings
 from fleet.defs.assets import PUBLISH_GROUP, RAW_GROUP, partitions, publish_assets, raw_assets
 from fleet.defs.automation import build_automation
+from fleet.defs.canary import build_canary
 from fleet.defs.executor import recording
 from fleet.defs.resources import from_settings
 from fleet.scraping.discovery import discover
@@ -31,14 +32,15 @@ def build_defs(s: Settings | None = None) -> Definitions:
                                    description="Consolidate, commit raw, post-process, commit processed.",
                                    executor_def=recording(in_process_executor))
     sensors, schedules = build_automation(scrape_job, publish_job, s.crash_reruns, str(s.store_root))
+    canary_job, canary_schedule = build_canary(sources)
     # A process per source step, as many at once as the scrapers pool admits: the pool's limit in the instance
     # is the cap on sources scraping at once, across runs (fleet/defs/instance.py checks it equals this).
     executor = recording(multiprocess_executor.configured({
         "max_concurrent": s.max_parallel,
         "start_method": {"forkserver": {"preload_modules": list(PRELOAD)}},
     }))
-    return Definitions(assets=[*raw, *publish], jobs=[scrape_job, publish_job], sensors=sensors,
-                       schedules=schedules, executor=executor, resources=from_settings(s))
+    return Definitions(assets=[*raw, *publish], jobs=[scrape_job, publish_job, canary_job], sensors=sensors,
+                       schedules=[*schedules, canary_schedule], executor=executor, resources=from_settings(s))
 
 
 defs = build_defs()

@@ -20,7 +20,8 @@ STARTUP_S = 60
 
 
 def drive(source: Source, week: str, *, record_har: Path | None = None, replay_har: Path | None = None,
-          env: dict | None = None, first_rows: int | None = None, timeout_s: float | None = None) -> dict:
+          env: dict | None = None, first_rows: int | None = None, timeout_s: float | None = None,
+          evidence_dir: Path | None = None) -> dict:
     """The result of one attempt of ``source`` (see fleet/lifecycle/harness.py), with ``seconds`` and, when it was
     killed at its limit, ``error`` saying so."""
     if source.broken:
@@ -31,7 +32,8 @@ def drive(source: Source, week: str, *, record_har: Path | None = None, replay_h
                 "week": week, "run_id": f"lifecycle-{uuid.uuid4().hex[:8]}", "timeout_s": timeout,
                 "chromium": chromium_path(), "work_dir": tmp, "result_path": str(Path(tmp) / "result.json"),
                 "record_har": str(record_har) if record_har else None,
-                "replay_har": str(replay_har) if replay_har else None, "first_rows": first_rows}
+                "replay_har": str(replay_har) if replay_har else None, "first_rows": first_rows,
+                "evidence_dir": str(evidence_dir) if evidence_dir else None}
         spec_path = Path(tmp) / "spec.json"
         spec_path.write_text(json.dumps(spec))
         started = time.monotonic()

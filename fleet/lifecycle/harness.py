@@ -74,11 +74,28 @@ async def run(spec: dict) -> dict:
             if isinstance(exc, NavigationError):
                 result["url"] = exc.url
             result["traceback"] = traceback.format_exc()
+            if spec.get("evidence_dir"):
+                result["evidence"] = await _evidence(page, Path(spec["evidence_dir"]))
         result["pages"] = ctx.pages_visited
+        result["url"] = result.get("url") or ctx.last_url
         await context.close()  # writes the HAR
         await browser.close()
     result["missing"] = sorted(set(missing))
     return result
+
+
+async def _evidence(page, folder: Path) -> dict:
+    """A screenshot and the HTML of the page a failed scraper left, as far as the page still answers."""
+    folder.mkdir(parents=True, exist_ok=True)
+    out = {}
+    try:
+        await asyncio.wait_for(page.screenshot(path=str(folder / "screenshot.png"), full_page=True), 10)
+        out["screenshot"] = str(folder / "screenshot.png")
+        (folder / "page.html").write_text(await asyncio.wait_for(page.content(), 10))
+        out["html"] = str(folder / "page.html")
+    except Exception:  # a crashed or hung page: the error and URL are the evidence then
+        pass
+    return out
 
 
 def main(argv: list[str]) -> int:
