@@ -3,13 +3,12 @@ default) and job on a real Dagster instance."""
 import json
 import os
 
-from fleet.demo.newsroom import SCRAPER, Newsroom
+from fleet.demo.newsroom import FRONT, Newsroom, scrapers_folder
 from fleet.lifecycle import quarantine
 from fleet.storage import store as keys
 from fleet.storage.store import LocalArtifactStore
 from fleet_tests.conftest import run_fleet
 from fleet_tests.gitremote import log
-from fleet_tests.test_lifecycle_quarantine import FRONT
 
 
 def _alerts(home):
@@ -18,10 +17,7 @@ def _alerts(home):
 
 
 def test_canary_alerts_once_on_the_day_a_source_breaks_and_lifts_quarantine(fleet_env):
-    scrapers = fleet_env.tmp / "scrapers"
-    scrapers.mkdir()
-    (scrapers / "news.py").write_text(SCRAPER)
-    (scrapers / "front.py").write_text(FRONT)
+    scrapers = scrapers_folder(fleet_env.tmp / "scrapers")
     env = {**fleet_env.env, "FLEET_SCRAPERS_DIR": str(scrapers)}
     store = LocalArtifactStore(fleet_env.home / "artifacts")
     remote_before = log(fleet_env.remote)

@@ -2,13 +2,12 @@
 rule over stored weeks."""
 import polars as pl
 
-from fleet.demo.newsroom import SCRAPER, Newsroom
+from fleet.demo.newsroom import SCRAPER, Newsroom, scrapers_folder
 from fleet.lifecycle import carry
 from fleet.storage import store as keys
 from fleet.storage.store import LocalArtifactStore
 from fleet_tests.conftest import committed_frame, run_fleet
 from fleet_tests.gitremote import log
-from fleet_tests.test_lifecycle_quarantine import FRONT
 
 WEEKS = ["2026-10-26", "2026-11-02", "2026-11-09", "2026-11-16"]
 
@@ -33,11 +32,8 @@ def test_quarantined_or_unflagged_sources_are_never_carried(tmp_path):
 
 
 def test_a_failed_week_carries_the_last_good_rows_for_at_most_n_weeks(fleet_env):
-    scrapers = fleet_env.tmp / "scrapers"
-    scrapers.mkdir()
-    (scrapers / "news.py").write_text(SCRAPER.replace(
+    scrapers = scrapers_folder(fleet_env.tmp / "scrapers", SCRAPER.replace(
         "    timeout_s = 30\n", "    timeout_s = 30\n    carry_forward = True\n    carry_forward_weeks = 2\n"))
-    (scrapers / "front.py").write_text(FRONT)
     env = {**fleet_env.env, "FLEET_SCRAPERS_DIR": str(scrapers)}
     with Newsroom() as site:
         env["FLEET_DEMO_URL"] = site.url

@@ -1,6 +1,9 @@
 """`fleet run`'s live progress: one plain line per source as it finishes (in a pipe), Dagster's DEBUG lines only with -v,
 and a final table as wide as a 63-character name."""
 import re
+import shlex
+import subprocess
+import sys
 
 from fleet_tests.conftest import run_fleet
 
@@ -37,3 +40,17 @@ def test_final_table_fits_63_character_names():
     assert first.startswith(long + " ok")
     # columns line up: status starts at the same offset on every line
     assert header.index("status") == first.index(" ok") + 1 == second.index("failed")
+
+
+def test_on_a_terminal_a_live_view_counts_sources_done_running_and_failed(fleet_env):
+    """Under a terminal (util-linux `script` gives the command one), the view that rich redraws in place."""
+    out = fleet_env.tmp / "tty.txt"
+    cmd = shlex.join([sys.executable, "-m", "fleet.cli", "demo", "--week", "2026-W47", "--force",
+                      "--source", "books", "--source", "jobs"])
+    res = subprocess.run(["script", "-qec", cmd, str(out)], env=fleet_env.env, cwd=fleet_env.home,
+                         capture_output=True, text=True, timeout=420)
+    text = out.read_text(errors="replace")
+    assert res.returncode == 0, text[-3000:]
+    assert re.search(r"week 2026-11-16: 0/2 done, [12] running, 0 failed, 0:\d\d elapsed", text), text[-3000:]
+    assert "week 2026-11-16: 2/2 done, 0 running, 0 failed" in text, text[-3000:]
+    assert re.search(r"books ok 24 rows \d+\.\ds", text) and re.search(r"jobs ok 35 rows \d+\.\ds", text)

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from fleet.demo.newsroom import SCRAPER, Newsroom
+from fleet.demo.newsroom import SCRAPER, Newsroom, scrapers_folder
 from fleet.errors import FleetError
 from fleet.lifecycle import quarantine
 from fleet.storage import store as keys
@@ -12,25 +12,6 @@ from fleet.storage.store import LocalArtifactStore
 from fleet_tests.conftest import run_fleet
 from fleet_tests.gitremote import log
 
-FRONT = '''import os
-
-import polars as pl
-
-from fleet import Scraper
-
-
-class Front(Scraper):
-    """The newsroom's title."""
-
-    name = "front"
-    schema = {"url": pl.String, "title": pl.String}
-    key = ("url",)
-    timeout_s = 30
-
-    async def scrape(self, page, ctx):
-        await ctx.goto(page, os.environ["FLEET_DEMO_URL"] + "/news?week=front")
-        yield {"url": page.url, "title": await page.title()}
-'''
 WEEKS = ["2026-11-02", "2026-11-09", "2026-11-16"]
 
 
@@ -66,10 +47,8 @@ def test_only_source_failures_in_a_row_count(tmp_path):
 
 
 def test_a_source_failing_k_weeks_is_skipped_shown_alerted_once_and_lifted(fleet_env):
-    scrapers = fleet_env.tmp / "scrapers"
-    scrapers.mkdir()
-    (scrapers / "news.py").write_text(SCRAPER.replace("    timeout_s = 30\n", "    timeout_s = 30\n    quarantine_after = 2\n"))
-    (scrapers / "front.py").write_text(FRONT)
+    scrapers = scrapers_folder(fleet_env.tmp / "scrapers",
+                               SCRAPER.replace("    timeout_s = 30\n", "    timeout_s = 30\n    quarantine_after = 2\n"))
     env = {**fleet_env.env, "FLEET_SCRAPERS_DIR": str(scrapers)}
     with Newsroom() as site:
         env["FLEET_DEMO_URL"] = site.url

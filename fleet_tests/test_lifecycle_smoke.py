@@ -2,34 +2,17 @@
 exactly the sources a diff touches run, live, once; nothing is committed; a pass lifts a quarantine."""
 import subprocess
 
-from fleet.demo.newsroom import SCRAPER, Newsroom
+from fleet.demo.newsroom import FRONT as BASE_FRONT
+from fleet.demo.newsroom import SCRAPER, Newsroom, scrapers_folder
 from fleet.lifecycle import quarantine
 from fleet.storage import store as keys
 from fleet.storage.store import LocalArtifactStore
 from fleet_tests.conftest import run_fleet
 from fleet_tests.gitremote import log
 
-FRONT = '''import os
-
-import polars as pl
-
-from fleet import Scraper
-
-from ._shared import title_of
-
-
-class Front(Scraper):
-    """The newsroom's title."""
-
-    name = "front"
-    schema = {"url": pl.String, "title": pl.String}
-    key = ("url",)
-    timeout_s = 30
-
-    async def scrape(self, page, ctx):
-        await ctx.goto(page, os.environ["FLEET_DEMO_URL"] + "/news?week=front")
-        yield {"url": page.url, "title": await title_of(page)}
-'''
+# front, with its title read through a shared helper module two relative imports away
+FRONT = BASE_FRONT.replace("from fleet import Scraper\n", "from fleet import Scraper\n\nfrom ._shared import title_of\n") \
+    .replace("await page.title()", "await title_of(page)")
 SHARED = '''from . import _deeper
 
 
@@ -56,10 +39,7 @@ def _table(stdout: str) -> dict[str, str]:
 
 def test_smoke_runs_exactly_the_sources_a_diff_touches(fleet_env):
     repo = fleet_env.tmp / "repo"
-    scrapers = repo / "scrapers"
-    scrapers.mkdir(parents=True)
-    (scrapers / "news.py").write_text(SCRAPER)
-    (scrapers / "front.py").write_text(FRONT)
+    scrapers = scrapers_folder(repo / "scrapers", front=FRONT)
     (scrapers / "_shared.py").write_text(SHARED)
     (scrapers / "_deeper.py").write_text(DEEPER)
     (repo / "pyproject.toml").write_text('[project]\nname = "mine"\ndependencies = ["fleet"]\n')

@@ -119,3 +119,35 @@ class News(Scraper):
                    "author": (await li.locator(".author").text_content()) or None}
 '''
 """A scraper of the newsroom (its URL from env FLEET_DEMO_URL), for tests to write into a scrapers folder."""
+
+FRONT = '''import os
+
+import polars as pl
+
+from fleet import Scraper
+
+
+class Front(Scraper):
+    """The newsroom's title."""
+
+    name = "front"
+    schema = {"url": pl.String, "title": pl.String}
+    key = ("url",)
+    timeout_s = 30
+
+    async def scrape(self, page, ctx):
+        await ctx.goto(page, os.environ["FLEET_DEMO_URL"] + "/news?week=front")
+        yield {"url": page.url, "title": await page.title()}
+'''
+"""A second newsroom scraper, of the page's title alone: it keeps working when the stories' markup changes."""
+
+
+def scrapers_folder(folder, news: str = SCRAPER, front: str = FRONT):
+    """``folder`` made a scrapers folder with the two newsroom scrapers (``news`` and ``front``); returns it."""
+    from pathlib import Path
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "news.py").write_text(news)
+    (folder / "front.py").write_text(front)
+    return folder

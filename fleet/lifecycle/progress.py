@@ -5,6 +5,8 @@ from __future__ import annotations
 import threading
 import time
 
+import click
+
 from fleet.policy import taxonomy as tx
 from fleet.storage import store as keys
 
@@ -23,7 +25,7 @@ class Progress:
         self._store, self._week, self.total, self._echo = store, week, total, echo
         self._since = time.time()
         self._started: dict[str, float] = {}
-        self._seen: set[str] = set()          # terminal events already reported (by event storage id)
+        self._seen: set[int] = set()          # events already taken in (by event storage id)
         self.finished: dict[str, dict] = {}   # source -> its last reported result
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="fleet-progress", daemon=True)
@@ -49,7 +51,7 @@ class Progress:
             try:
                 self._poll()
             except Exception as exc:  # progress is a courtesy: a failed read must never stop the run
-                self._echo(f"fleet: progress unavailable ({type(exc).__name__}: {exc})", err=True)
+                click.echo(f"fleet: progress unavailable ({type(exc).__name__}: {exc})", err=True)
                 return
 
     def _runs(self) -> list:
@@ -68,13 +70,13 @@ class Progress:
                 src = tx.source_of(ev.step_key or "")
                 if src is None:
                     continue
+                if rec.storage_id in self._seen:
+                    continue
+                self._seen.add(rec.storage_id)
                 when = rec.event_log_entry.timestamp
                 if ev.event_type == DagsterEventType.STEP_START:
                     self._started.setdefault(f"{run.run_id}/{src}", when)
                     continue
-                if rec.storage_id in self._seen:
-                    continue
-                self._seen.add(rec.storage_id)
                 began = self._started.pop(f"{run.run_id}/{src}", when)
                 self._report(src, run.run_id, ev.event_type == DagsterEventType.STEP_SUCCESS, when - began, ev)
 
@@ -90,8 +92,8 @@ class Progress:
         self.finished[src] = {"status": status, "rows": rows, "seconds": seconds, "ok": ok}
         line = f"{src} {status} {rows} rows {seconds:.1f}s"
         if self._live is not None:
+            self._live.update(self._view())  # first: printing above the view redraws it
             self._live.console.print(line, highlight=False)
-            self._live.update(self._view())
         else:
             self._echo(line)
 
