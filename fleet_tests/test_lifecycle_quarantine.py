@@ -74,6 +74,14 @@ def test_a_source_failing_k_weeks_is_skipped_shown_alerted_once_and_lifted(fleet
     assert [(a["source"], a["week"]) for a in held] == [("news", WEEKS[1])], held
     assert not [a for a in alerts if a["source"] == "news" and a["week"] == WEEKS[2]]
 
+    # the UI: the partition's observation on the asset's page says so
+    from dagster import AssetKey, DagsterInstance
+
+    with DagsterInstance.from_config(str(fleet_env.home / "dagster")) as instance:
+        seen = instance.fetch_observations(AssetKey(["raw", "news"]), limit=5).records
+        (obs,) = [r.asset_observation for r in seen]
+        assert obs.partition == WEEKS[2] and obs.metadata["fleet/status"].value == "quarantined"
+
     status = run_fleet(env, "status", "--week", WEEKS[2])
     assert status.returncode == 0, status.stderr
     assert "news                 quarantined" in status.stdout

@@ -5,8 +5,8 @@ from typing import Optional
 
 import polars as pl
 from dagster import (
-    AssetCheckResult, AssetCheckSeverity, AssetCheckSpec, AssetExecutionContext, AssetKey, Backoff, Config, Failure,
-    MaterializeResult, MetadataValue, RetryPolicy, WeeklyPartitionsDefinition, asset,
+    AssetCheckResult, AssetCheckSeverity, AssetCheckSpec, AssetExecutionContext, AssetKey, AssetObservation, Backoff,
+    Config, Failure, MaterializeResult, MetadataValue, RetryPolicy, WeeklyPartitionsDefinition, asset,
 )
 
 from fleet.quality import alerts as alerting
@@ -151,10 +151,12 @@ def skip_quarantined(context, source: Source, week: str, store, config: RawConfi
         return
     why = quarantine.skip(store, source.name, week, context.run_id, q)
     context.log.warning(f"[run {context.run_id}] [{source.name}] {why}")
-    raise Failure(description=f"[{tx.QUARANTINED}] {why}",
-                  metadata={"fleet/status": tx.QUARANTINED, "fleet/category": tx.QUARANTINED,
-                            "quarantined_since": q.since, "error": MetadataValue.text(why)},
-                  allow_retries=False)
+    metadata = {"fleet/status": tx.QUARANTINED, "fleet/category": tx.QUARANTINED, "quarantined_since": q.since,
+                "error": MetadataValue.text(why)}
+    # a failed step's metadata is not on the asset's page; an observation of the partition is, in its events
+    context.log_event(AssetObservation(asset_key=AssetKey(["raw", source.name]), partition=week,
+                                       description=why, metadata=metadata))
+    raise Failure(description=f"[{tx.QUARANTINED}] {why}", metadata=metadata, allow_retries=False)
 
 
 def _raw_compute(source: Source, crash_reruns: int):
