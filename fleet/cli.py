@@ -1,4 +1,5 @@
-"""``fleet``: run a week, the demo, the UI, status, and re-commit from stored artifacts. Thin: calls into the layers."""
+"""``fleet``: run a week, the demo, the UI, status, re-commit from stored artifacts, and a scraper's life cycle (new,
+test, record, smoke, canary, unquarantine). Thin: calls into the layers."""
 from __future__ import annotations
 
 import contextlib

@@ -13,7 +13,7 @@ from fleet.storage.store import ArtifactStore
 @dataclasses.dataclass
 class SourceStatus:
     source: str
-    status: str            # ok | partial | empty | failed | timeout | refused | not run
+    status: str            # ok | partial | empty | failed | timeout | refused | quarantined | not run
     category: str | None
     rows: int
     seconds: float

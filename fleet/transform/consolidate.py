@@ -1,4 +1,5 @@
-"""Consolidation: every successful source's stored raw rows for a week in one file (polars, lazy, streamed to disk)."""
+"""Consolidation: every successful source's stored raw rows for a week in one file (polars, lazy, streamed to disk),
+with the rows carried forward for sources that failed (fleet/lifecycle/carry.py)."""
 from __future__ import annotations
 
 import os
@@ -7,6 +8,7 @@ from pathlib import Path
 
 import polars as pl
 
+from fleet.lifecycle import carry as carrying
 from fleet.storage import store as keys
 from fleet.storage.store import ArtifactStore
 
@@ -46,8 +48,6 @@ def consolidate(store: ArtifactStore, week: str, sources: list[str], carry: dict
     scraped into this (past) week under ``fleet/force=true`` with the date they were scraped on, and total rows.
     A missing source named in ``carry`` (name -> its carry_forward_weeks) may contribute its last good week's rows,
     listed under ``carried`` (fleet/lifecycle/carry.py); every row has a ``stale_since`` column, null when fresh."""
-    from fleet.lifecycle import carry as carrying
-
     outcomes = week_outcomes(store, week, sources)
     included, kept, missing, forced, frames = {}, {}, {}, {}, []
     for name, rec in sorted(outcomes.items()):  # sources in name order: the file is deterministic without a sort
