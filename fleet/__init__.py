@@ -1,6 +1,7 @@
 """fleet: a weekly fleet of Playwright scrapers as a Dagster asset graph, committed to a Git-LFS data repo.
 
-Public API for scraper authors: ``Scraper``, ``ScrapeContext``, ``RetryPolicy``, ``retry_async``, ``NavigationError``.
+Public API for scraper authors: ``Scraper``, ``ScrapeContext``, ``RetryPolicy``, ``retry_async``, ``NavigationError``,
+and ``site_url`` (a path on the demo sites, whose address fleet passes in as FLEET_DEMO_URL).
 They are imported on first use (PEP 562), so a process that needs only part of fleet, such as the commit
 loop, does not pay for importing polars.
 """
@@ -8,11 +9,11 @@ from fleet.errors import BadRowError, NavigationError, ScraperDefinitionError
 
 __all__ = [
     "Scraper", "ScrapeContext", "RetryPolicy", "retry_async", "retry_sync",
-    "NavigationError", "BadRowError", "ScraperDefinitionError",
+    "NavigationError", "BadRowError", "ScraperDefinitionError", "site_url",
 ]
 _LAZY = {"Scraper": "fleet.scraping.contract", "ScrapeContext": "fleet.scraping.contract",
          "RetryPolicy": "fleet.scraping.retry", "retry_async": "fleet.scraping.retry",
-         "retry_sync": "fleet.scraping.retry"}
+         "retry_sync": "fleet.scraping.retry", "site_url": "fleet.demo.sites"}
 
 
 def __getattr__(name: str):

@@ -1,4 +1,5 @@
-"""``fleet``: run a week, the demo, the UI, status, and re-commit from stored artifacts. Thin: calls into the layers."""
+"""``fleet``: run a week, the demo, the UI, status, re-commit from stored artifacts, and a scraper's life cycle (new,
+test, record, smoke, canary, unquarantine). Thin: calls into the layers."""
 from __future__ import annotations
 
 import contextlib
@@ -32,7 +33,7 @@ def resolve_week(week: str | None, option: str = "--week") -> str:
 
 
 def run_week(week: str, sources: tuple[str, ...] = (), deep: tuple[str, ...] = (), refresh: bool = False,
-             force: bool = False, echo=click.echo) -> int:
+             force: bool = False, echo=click.echo, verbose: bool = False) -> int:
     """Drive one week through the same jobs the schedule and UI use, and the same follow-up policy as the sensors
     (fleet/policy/followup.py), here in-process instead of from the daemon. ``force`` tags the runs
     ``fleet/force=true``: the raw assets then scrape a past week from today's web (fleet/policy/pastweek.py)."""
@@ -40,6 +41,7 @@ def run_week(week: str, sources: tuple[str, ...] = (), deep: tuple[str, ...] = (
 
     from fleet.defs import definitions as d
     from fleet.defs.instance import get_instance
+    from fleet.lifecycle.progress import Progress
     from fleet.policy import taxonomy as tx
     from fleet.policy.followup import drive
     from fleet.policy.pastweek import FORCE_TAG
@@ -70,7 +72,7 @@ def run_week(week: str, sources: tuple[str, ...] = (), deep: tuple[str, ...] = (
         raise FleetError(f"unknown source(s): {', '.join(unknown)}; known: {', '.join(names)}")
     ops = {f"{tx.RAW_PREFIX}{n}": {"config": {"deep": n in deep, "refresh": refresh}} for n in (sources or names)
            if n in deep or refresh}
-    logging_cfg = {"loggers": {"console": {"config": {"log_level": "INFO"}}}}
+    logging_cfg = {"loggers": {"console": {"config": {"log_level": "DEBUG" if verbose else "INFO"}}}}
     base_tags = {**cli_run_tags(week), **({FORCE_TAG: "true"} if force else {})}
     selection = [AssetKey(["raw", n]) for n in sources] if sources else None
     store = _store()
@@ -84,11 +86,13 @@ def run_week(week: str, sources: tuple[str, ...] = (), deep: tuple[str, ...] = (
     reap_orphaned_runs(instance, week, echo)
     where = f"on the workers of {s.celery_broker}" if s.executor == "celery" else "on this machine"
     echo(f"fleet: scraping week {week} ({len(sources or names)} sources, at most {s.max_parallel} at once, {where})")
-    result = execute_job(reconstructable(d.scrape_week_job), instance, run_config={"ops": ops, **logging_cfg},
-                         tags={**base_tags, tx.TAG_KIND: "scrape"}, asset_selection=selection)
-    run = instance.get_run_by_id(result.run_id)
-    superseded(run)
-    follow_ups = drive(instance, run, s.crash_reruns, store, launch, echo)
+    with Progress(instance, store, week, len(sources or names), echo,
+                  live=echo is click.echo and sys.stdout.isatty() and not verbose):
+        result = execute_job(reconstructable(d.scrape_week_job), instance, run_config={"ops": ops, **logging_cfg},
+                             tags={**base_tags, tx.TAG_KIND: "scrape"}, asset_selection=selection)
+        run = instance.get_run_by_id(result.run_id)
+        superseded(run)
+        follow_ups = drive(instance, run, s.crash_reruns, store, launch, echo)
     publish_run = next((r for r in follow_ups if r.tags.get(tx.TAG_KIND) == "publish"), None)
     return report(instance, week, names, publish_run, echo, selected=list(sources or names),
                   run_ids=[run.run_id, *(r.run_id for r in follow_ups)])
@@ -252,12 +256,14 @@ def print_alerts(week: str, echo, run_ids: list[str] | None = None) -> None:
 
 
 def print_status(rows, echo=click.echo) -> None:
-    echo(f"{'source':<20} {'status':<8} {'category':<8} {'rows':>6} {'seconds':>8} {'attempts':>8}  {'host':<16}  detail")
+    # as wide as the longest name (up to NAME_MAX, 63), at least 20 as it always was
+    w = max([20, *(len(r.source) for r in rows)])
+    echo(f"{'source':<{w}} {'status':<11} {'category':<8} {'rows':>6} {'seconds':>8} {'attempts':>8}  {'host':<16}  detail")
     for r in rows:
         detail = r.note or ""
         if r.error:
             detail = (detail + "; " if detail else "") + r.error.strip().splitlines()[0][:140]
-        echo(f"{r.source:<20} {r.status:<8} {(r.category or '-'):<8} {r.rows:>6} {r.seconds:>8.1f} {r.attempts:>8}  "
+        echo(f"{r.source:<{w}} {r.status:<11} {(r.category or '-'):<8} {r.rows:>6} {r.seconds:>8.1f} {r.attempts:>8}  "
              f"{(r.host or '-'):<16}  {detail}")
 
 
@@ -293,6 +299,7 @@ def _check_run_options(sources: tuple[str, ...], deep: tuple[str, ...]) -> None:
 
 
 def _run_options(f):
+    f = click.option("-v", "--verbose", is_flag=True, help="Show Dagster's DEBUG lines (step events) too.")(f)
     f = click.option("--force", is_flag=True, help="Allow scraping a week older than the last complete week.")(f)
     f = click.option("--refresh", is_flag=True, help="Scrape again even where this week's raw artifact is stored.")(f)
     f = click.option("--deep", multiple=True, metavar="NAME", help="Turn on NAME's expensive phase.")(f)
@@ -334,17 +341,17 @@ def _exit_on_error(fn, *args, **kwargs):
 
 @main.command()
 @_run_options
-def run(week, sources, deep, refresh, force):
+def run(week, sources, deep, refresh, force, verbose):
     """Run the weekly pipeline for one week."""
     w = resolve_week(week)
     _check_run_options(sources, deep)
     refuse_past_week(w, force, sources, deep, refresh)
-    sys.exit(_exit_on_error(run_week, w, sources, deep, refresh, force))
+    sys.exit(_exit_on_error(run_week, w, sources, deep, refresh, force, verbose=verbose))
 
 
 @main.command()
 @_run_options
-def demo(week, sources, deep, refresh, force):
+def demo(week, sources, deep, refresh, force, verbose):
     """Start the bundled demo sites on 127.0.0.1 and run the demo scrapers against them."""
     from fleet.demo.sites import DemoSites
 
@@ -354,7 +361,7 @@ def demo(week, sources, deep, refresh, force):
     with DemoSites() as sites:
         os.environ["FLEET_DEMO_URL"] = sites.url
         click.echo(f"fleet: demo sites at {sites.url}")
-        code = _exit_on_error(run_week, w, sources, deep, refresh, force)
+        code = _exit_on_error(run_week, w, sources, deep, refresh, force, verbose=verbose)
     sys.exit(code)
 
 
@@ -437,6 +444,36 @@ def status(week):
         click.echo(f"  {c['severity']:<5} {name:<20} {c['name']:<10} {c['message'].splitlines()[0][:140]}")
     for stage in ("raw", "processed"):
         click.echo(f"commit {stage:<9} {describe(store.read_json(w, keys.commit_key(stage)))}")
+    print_lifecycle(store, w)
+
+
+def print_lifecycle(store, week: str, echo=click.echo) -> None:
+    """The sources carried forward into ``week``, and those in quarantine now."""
+    from fleet.lifecycle import quarantine
+    from fleet.scraping.discovery import discover
+    from fleet.storage import store as keys
+
+    for name, c in sorted(((store.read_json(week, keys.CONSOLIDATED_META_KEY) or {}).get("carried") or {}).items()):
+        echo(f"carried forward {name}: {c['rows']} rows of week {c['from']} (stale_since {c['from']}); this week {c['status']}")
+    for q in quarantine.current(store, discover(scraper_dirs())):
+        echo(f"quarantined {q.source}: {q.describe()}")
+
+
+@main.command()
+@click.argument("name")
+def unquarantine(name):
+    """Lift NAME's quarantine: the next weekly run scrapes it again."""
+    from fleet.lifecycle import quarantine
+    from fleet.lifecycle.replay import select
+
+    (source,), _ = select(scraper_dirs(), (name,))
+    store = _store()
+    q = quarantine.state(store, name, source.quarantine_after)
+    if q is None:
+        click.echo(f"fleet: source {name} is not quarantined")
+        return
+    quarantine.lift(store, name, by="fleet unquarantine")
+    click.echo(f"fleet: lifted the quarantine of {name} (failed weeks {', '.join(q.weeks)}); the next run scrapes it")
 
 
 @main.command()
@@ -530,6 +567,89 @@ def worker(concurrency, name):
         celery.worker_main(s, concurrency or s.worker_concurrency, node)
 
     _exit_on_error(start)
+
+
+@main.command("new")
+@click.argument("name")
+@click.argument("url")
+def new_source(name, url):
+    """Write scrapers/NAME.py, a short scraper that opens URL, and its fixture recorded from URL."""
+    from fleet.lifecycle.scaffold import new
+
+    module, har, expect = new(name, url, scraper_dirs())
+    click.echo(f"fleet: wrote {module} and {har} ({expect['rows']} row(s)); edit the scraper, then "
+               f"`fleet record {name}` and `fleet test {name}`")
+
+
+@main.command("test")
+@click.argument("names", nargs=-1)
+def test_cmd(names):
+    """Replay each source (or NAMES) offline from its recorded fixture and check its rows. Exit 0: all pass; 1:
+    some failed; 2: usage error."""
+    from fleet.lifecycle.replay import print_table, test_sources
+
+    chromium_path()
+    rows = test_sources(scraper_dirs(), names)
+    print_table(rows, click.echo)
+    if not any(r.result != "skip" for r in rows):
+        click.echo("fleet: no source has a fixture; nothing was tested")
+    sys.exit(EXIT_PARTIAL if any(r.result == "fail" for r in rows) else EXIT_OK)
+
+
+@main.command()
+@click.argument("name")
+def record(name):
+    """Record NAME's fixture again from the live site, update its expectation, and show the difference."""
+    from fleet.lifecycle.replay import demo_sites_if_bundled, record as record_fixture, select
+
+    chromium_path()
+    (source,), _ = select(scraper_dirs(), (name,))
+    with demo_sites_if_bundled():
+        old, new = record_fixture(source)
+    if old is None:
+        click.echo(f"fleet: recorded {name}: {new['rows']} rows (no earlier fixture)")
+        return
+    from fleet.lifecycle.fixtures import compare
+
+    diff = compare(old, new)
+    click.echo(f"fleet: recorded {name}: " + ("; ".join(diff) if diff else f"no change ({new['rows']} rows)"))
+
+
+@main.command()
+@click.option("--changed-since", "ref", required=True, metavar="REF",
+              help="Run the sources that the changes since this git commit touch.")
+def smoke(ref):
+    """Run, live and once each, exactly the sources a git diff touches; nothing is committed. Exit 0: all pass or
+    none affected; 1: some failed; 2: usage error."""
+    from fleet.lifecycle import smoke as smoking
+    from fleet.lifecycle.replay import demo_sites_if_bundled, print_table
+    from fleet.scraping.discovery import discover
+
+    chromium_path()
+    dirs = scraper_dirs()
+    with demo_sites_if_bundled():
+        rows = smoking.smoke(discover(dirs), ref, dirs[0], _store(), click.echo)
+    if rows is None:
+        sys.exit(EXIT_OK)
+    print_table(rows, click.echo)
+    sys.exit(EXIT_PARTIAL if any(r.result == "fail" for r in rows) else EXIT_OK)
+
+
+@main.command()
+@click.argument("names", nargs=-1)
+def canary(names):
+    """One live page per source (or NAMES), through each scraper's first navigation and first rows; nothing is
+    committed. A source that starts failing raises one alert. Exit 0: all pass; 1: some failed; 2: usage error."""
+    from fleet.lifecycle.canary import check
+    from fleet.lifecycle.replay import demo_sites_if_bundled, print_table, select
+
+    chromium_path()
+    s = settings()
+    sources, _ = select(scraper_dirs(), names)
+    with demo_sites_if_bundled():
+        rows = check(sources, _store(), s.home)  # the webhook: FLEET_ALERT_WEBHOOK, as for every alert
+    print_table(rows, click.echo)
+    sys.exit(EXIT_PARTIAL if any(r.result == "fail" for r in rows) else EXIT_OK)
 
 
 if __name__ == "__main__":

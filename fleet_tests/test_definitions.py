@@ -29,8 +29,10 @@ def test_definitions_have_demo_assets_and_automation():
     expected = sorted([f"raw/{n}" for n in DEMO] + ["consolidated_raw_rows", "raw_commit", "post_processed", "processed_commit"])
     assert eval(keys) == expected
     weekly = "Weekly, starting 2026-01-05 UTC. End offsetted by 1 partition."  # from the assets (FLEET_START_WEEK)
-    assert eval(jobs) == [("publish_week", weekly), ("scrape_week", weekly)]
+    # the daily canary (fleet/defs/canary.py) is not partitioned by week
+    assert eval(jobs) == [("fleet_canary", "None"), ("publish_week", weekly), ("scrape_week", weekly)]
     assert "fleet_after_failed_run" in automation and "weekly_fleet" in automation
+    assert "fleet_canary_daily" in automation
     assert description.startswith("Book prices")
 
 

@@ -1,7 +1,6 @@
 import polars as pl
 
-from fleet import Scraper
-from fleet.demo import site_url
+from fleet import Scraper, site_url
 
 QUERIES = ("bolt", "nut", "washer")
 ROWS_JS = """rows => rows.map(r => ({

@@ -7,8 +7,8 @@ from typing import Optional
 
 import polars as pl
 from dagster import (
-    AssetCheckResult, AssetCheckSeverity, AssetCheckSpec, AssetExecutionContext, AssetKey, Backoff, Config, Failure,
-    MaterializeResult, MetadataValue, RetryPolicy, WeeklyPartitionsDefinition, asset,
+    AssetCheckResult, AssetCheckSeverity, AssetCheckSpec, AssetExecutionContext, AssetKey, AssetObservation, Backoff,
+    Config, Failure, MaterializeResult, MetadataValue, RetryPolicy, WeeklyPartitionsDefinition, asset,
 )
 
 from fleet.quality import alerts as alerting
@@ -16,6 +16,7 @@ from fleet.quality import checks as qc
 from fleet.defs import codeversion
 from fleet.defs.evidence import evidence_metadata
 from fleet.defs.resources import Alerts, ArtifactStore, Browser, DataRepository
+from fleet.lifecycle import quarantine
 from fleet.policy import pastweek
 from fleet.policy import taxonomy as tx
 from fleet.scraping import outcome as scrape_outcome
@@ -74,8 +75,9 @@ def run_source_checks(source: Source, week: str, store, attempt: str) -> list:
     return outcomes
 
 
-def alert_week(context, store, week: str, sources: list[str], alerts: Alerts) -> list:
-    """Turn the week's failed checks and missing sources into alerts, once each (the ledger dedups reruns)."""
+def alert_week(context, store, week: str, sources: list[str], alerts: Alerts, limits: dict | None = None) -> list:
+    """Turn the week's failed checks and missing sources into alerts, once each (the ledger dedups reruns); a
+    source in quarantine raises one alert, in the week it got there (``limits``: its ``quarantine_after``)."""
     found = []
     for name in sources:
         failed = [qc.CheckOutcome(**r) for r in (store.read_json(week, checks_key(name)) or []) if not r["passed"]]
@@ -84,10 +86,13 @@ def alert_week(context, store, week: str, sources: list[str], alerts: Alerts) ->
             found += alerting.from_source_checks(name, week, failed, category=rec.get("category"),
                                                  evidence=rec.get("evidence"), run_id=context.run_id,
                                                  last_good_week=qc.last_good_week(store, name, week))
-    # a source nobody asked to run this week (`--source` subsets) is not a problem to alert on
+    # a source nobody asked to run this week (`--source` subsets) is not a problem to alert on, nor is one that
+    # quarantine skipped: it alerted once, when it got there
+    skipped = quarantine.held(store, week, sources)
     week_results = [r for r in qc.week_checks(store, week, sources)
-                    if not (r["check"] == "missing" and r.get("status") == "not run")]
+                    if not (r["check"] == "missing" and r.get("status") == "not run") and r.get("source") not in skipped]
     found += alerting.from_week_checks(week, week_results, run_id=context.run_id)
+    found += quarantine.alerts(store, week, limits or {}, context.run_id)
     sent = alerting.deliver(found, alerts.home, webhook=alerts.webhook or "")
     for a in sent:
         context.log.warning(f"[run {context.run_id}] [{a.source or 'week'}] ALERT {a.severity} {a.check}: {a.message}")
@@ -152,6 +157,25 @@ def refuse_past_week(context, source: str, week: str, store, config: RawConfig) 
     return forced
 
 
+def skip_quarantined(context, source: Source, week: str, store, config: RawConfig) -> None:
+    """Skip a quarantined source (fleet/lifecycle/quarantine.py) before it takes a worker or a browser: its outcome
+    is stored as ``quarantined`` and the step fails with ``Failure(allow_retries=False)`` of that category. A week
+    whose complete rows are stored is reused as ever."""
+    if not config.refresh and keys.stored_complete(store, week, source.name, deep=config.deep) is not None:
+        return
+    q = quarantine.state(store, source.name, source.quarantine_after, before=week)
+    if q is None:
+        return
+    why = quarantine.skip(store, source.name, week, context.run_id, q)
+    context.log.warning(f"[run {context.run_id}] [{source.name}] {why}")
+    metadata = {"fleet/status": tx.QUARANTINED, "fleet/category": tx.QUARANTINED, "quarantined_since": q.since,
+                "error": MetadataValue.text(why)}
+    # a failed step's metadata is not on the asset's page; an observation of the partition is, in its events
+    context.log_event(AssetObservation(asset_key=AssetKey(["raw", source.name]), partition=week,
+                                       description=why, metadata=metadata))
+    raise Failure(description=f"[{tx.QUARANTINED}] {why}", metadata=metadata, allow_retries=False)
+
+
 def _raw_compute(source: Source, crash_reruns: int):
     """The compute function of ``raw/<source>``: scrape the week (or reuse it), check it, report it."""
     key = AssetKey(["raw", source.name])
@@ -162,6 +186,7 @@ def _raw_compute(source: Source, crash_reruns: int):
         check_crash_budget(context, source.name, crash_reruns)
         store = artifacts.store()
         forced = refuse_past_week(context, source.name, week, store, config)
+        skip_quarantined(context, source, week, store, config)
         # A crash's re-execution (in the run, or a rerun run of the sensors or `fleet run`) carries the first
         # attempt's config: its `refresh` must not clear what the crashed attempt left to resume from.
         reexecution = context.retry_number > 0 or context.run.tags.get(tx.TAG_KIND) == "rerun"
@@ -242,8 +267,8 @@ def publish_assets(sources: list[Source], partitions_def):
         """All sources' rows for the week in one parquet file with a `source` column: whatever succeeded this week."""
         week = context.partition_key
         store = artifacts.store()
-        summary = consolidate(store, week, names)
-        alert_week(context, store, week, names, alerts)
+        summary = consolidate(store, week, names, carry={s.name: s.carry_forward_weeks for s in sources if s.carry_forward})
+        alert_week(context, store, week, names, alerts, {s.name: s.quarantine_after for s in sources})
         if summary["rows"] == 0:
             raise Failure(description=f"infrastructure failure: no source returned data for week {week}",
                           metadata={"fleet/category": "infra", "missing": MetadataValue.json(summary["missing"])},
@@ -254,7 +279,7 @@ def publish_assets(sources: list[Source], partitions_def):
         return MaterializeResult(metadata={
             "dagster/row_count": summary["rows"], "sources_included": len(summary["included"]),
             "sources_missing": len(summary["missing"]), "missing": MetadataValue.json(summary["missing"]),
-            "included": MetadataValue.json(summary["included"]),
+            "included": MetadataValue.json(summary["included"]), "carried": MetadataValue.json(summary["carried"]),
         })
 
     def _commit(context, stage: str, data_repo: DataRepository, artifacts: ArtifactStore) -> MaterializeResult:

@@ -6,6 +6,7 @@ from dagster import AssetSelection, Definitions, define_asset_job, in_process_ex
 from fleet.config import Settings, scraper_dirs, settings
 from fleet.defs.assets import PUBLISH_GROUP, RAW_GROUP, partitions, publish_assets, raw_assets
 from fleet.defs.automation import build_automation
+from fleet.defs.canary import build_canary
 from fleet.defs.executor import fleet_executor
 from fleet.defs.resources import from_settings
 from fleet.scraping.discovery import discover
@@ -32,8 +33,9 @@ def build_defs(s: Settings | None = None) -> Definitions:
                                    executor_def=fleet_executor(in_process_executor))
     resources = from_settings(s)
     sensors, schedules = build_automation(scrape_job, publish_job, s.crash_reruns, resources["artifacts"])
-    return Definitions(assets=[*raw, *publish], jobs=[scrape_job, publish_job], sensors=sensors,
-                       schedules=schedules, executor=scrape_executor(s), resources=resources)
+    canary_job, canary_schedule = build_canary(sources)
+    return Definitions(assets=[*raw, *publish], jobs=[scrape_job, publish_job, canary_job], sensors=sensors,
+                       schedules=[*schedules, canary_schedule], executor=scrape_executor(s), resources=resources)
 
 
 def scrape_executor(s: Settings):

@@ -13,7 +13,7 @@ from fleet.storage.store import ArtifactStore
 @dataclasses.dataclass
 class SourceStatus:
     source: str
-    status: str            # ok | partial | empty | failed | timeout | refused | not run
+    status: str            # ok | partial | empty | failed | timeout | refused | quarantined | not run
     category: str | None
     rows: int
     seconds: float
@@ -57,7 +57,7 @@ def week_status(instance: DagsterInstance, store: ArtifactStore, week: str, sour
         # the crash budget refused (it neither scraped nor crashed: fleet/defs/assets.py check_crash_budget). A
         # step the past-week rule refused made no attempt either.
         refused = sum(1 for s in tried if s.metadata.get(tx.BUDGET_TAG))
-        attempts = sum(1 + s.retries for s in tried) - refused - sum(1 for s in tried if s.category == tx.REFUSED)
+        attempts = sum(1 + s.retries for s in tried) - refused - sum(1 for s in tried if s.category in (tx.REFUSED, tx.QUARANTINED))
         crashed = sum(s.retries for s in tried) + sum(1 for s in tried if s.category == "infra") - refused
         if kept:
             note = f"kept the stored rows of run {stored.get('run_id')}; the last run's step {last.status}: {last.error}"

@@ -38,7 +38,8 @@ TAG_DRIVER = "fleet/driver"      # cli for the runs `fleet run` launches
 TAG_SUPERSEDED = "fleet/superseded"  # on a run that stopped because an older run of its week was going (fleet/defs/claim.py)
 PARTITION_TAG = "dagster/partition"
 REFUSED = "refused"              # the category, and the stored status, of a source the past-week rule refused
-CATEGORIES = ("infra", "source", REFUSED)
+QUARANTINED = "quarantined"      # the category, and the stored status, of a source the run skipped (fleet/lifecycle/quarantine.py)
+CATEGORIES = ("infra", "source", REFUSED, QUARANTINED)
 
 
 @dataclasses.dataclass

@@ -43,6 +43,9 @@ class Scraper:
       own_process  run each attempt in a new worker process instead of a warm one that other sources used
                    before (see fleet/scraping/pool.py): for a scraper that changes process-wide state
       abstract   True: a base class, not a source (read from the class's own body only)
+      quarantine_after  weeks in a row failed as ``source`` after which the weekly run skips it (fleet/lifecycle/quarantine.py)
+      carry_forward, carry_forward_weeks  a failed week contributes its last good week's rows, at most this many
+                 weeks in a row (fleet/lifecycle/carry.py)
     The class docstring becomes the asset's description in the UI.
     """
 
@@ -53,6 +56,9 @@ class Scraper:
     own_browser: ClassVar[bool] = False
     own_process: ClassVar[bool] = False
     abstract: ClassVar[bool] = False
+    quarantine_after: ClassVar[int] = 3
+    carry_forward: ClassVar[bool] = False
+    carry_forward_weeks: ClassVar[int] = 2
     # Volume check thresholds (#8), overridable per scraper.
     volume_warn_ratio: ClassVar[float] = 0.5
     volume_error_ratio: ClassVar[float] = 0.1
@@ -92,7 +98,12 @@ class Scraper:
         if missing:
             raise ScraperDefinitionError(f"scraper {name!r}: key columns {missing} are not in the schema")
         check_seconds(name, "timeout_s", getattr(cls, "timeout_s", None))
-        for flag in ("own_browser", "own_process"):
+        for count in ("quarantine_after", "carry_forward_weeks"):
+            value = getattr(cls, count)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ScraperDefinitionError(f"scraper {name!r}: {count} must be a whole number of weeks, at least 1, "
+                                             f"got {value!r}")
+        for flag in ("own_browser", "own_process", "carry_forward"):
             if not isinstance(getattr(cls, flag, False), bool):
                 raise ScraperDefinitionError(f"scraper {name!r}: {flag} must be True or False, got {getattr(cls, flag)!r}")
         import inspect

@@ -28,6 +28,9 @@ class Source:
     error: str | None = None  # set for a broken module or class: the source fails with it when run
     own_browser: bool = False
     own_process: bool = False
+    quarantine_after: int = 3
+    carry_forward: bool = False
+    carry_forward_weeks: int = 2
 
     @property
     def broken(self) -> bool:
@@ -149,7 +152,9 @@ def _scan(path: Path, module, sources: list[Source], broken: list[_Placeholder])
             cls.validate_class()
             src = Source(name=cls.name, module_path=path, class_name=attr, description=cls.description(),
                          schema=dict(cls.schema), key=tuple(cls.key), timeout_s=float(cls.timeout_s),
-                         own_browser=cls.own_browser, own_process=cls.own_process)
+                         own_browser=cls.own_browser, own_process=cls.own_process,
+                         quarantine_after=cls.quarantine_after, carry_forward=cls.carry_forward,
+                         carry_forward_weeks=cls.carry_forward_weeks)
         except ScraperDefinitionError as exc:
             broken.append(_Placeholder(path, f"scraper module {path.name}: {exc}", attr))
         except Exception as exc:  # anything a class can raise when its attributes are read

@@ -19,8 +19,8 @@ from fleet.storage.store import ArtifactStore
 class Outcome:
     source: str
     week: str
-    status: str                 # ok | empty | partial | failed | timeout | refused
-    category: str | None        # None | source | infra | refused
+    status: str                 # ok | empty | partial | failed | timeout | refused | quarantined
+    category: str | None        # None | source | infra | refused | quarantined
     rows: int = 0
     seconds: float = 0.0
     pages: int = 0

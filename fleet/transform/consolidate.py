@@ -1,8 +1,10 @@
-"""Consolidation: every successful source's stored raw rows for a week in one file (polars, lazy, streamed into the store)."""
+"""Consolidation: every successful source's stored raw rows for a week in one file (polars, lazy, streamed into the
+store), with the rows carried forward for sources that failed (fleet/lifecycle/carry.py)."""
 from __future__ import annotations
 
 import polars as pl
 
+from fleet.lifecycle import carry as carrying
 from fleet.storage import store as keys
 from fleet.storage.store import ArtifactStore
 
@@ -16,7 +18,7 @@ def week_outcomes(store: ArtifactStore, week: str, sources: list[str]) -> dict[s
     return out
 
 
-def consolidate(store: ArtifactStore, week: str, sources: list[str]) -> dict:
+def consolidate(store: ArtifactStore, week: str, sources: list[str], carry: dict[str, int] | None = None) -> dict:
     """Union every successful source's raw rows for ``week`` into one file with a ``source`` column.
 
     A source whose latest attempt failed after an earlier one of the week stored rows (``fleet run --refresh``
@@ -25,7 +27,9 @@ def consolidate(store: ArtifactStore, week: str, sources: list[str]) -> dict:
     next raw commit.
 
     Returns a summary: included sources with row counts, kept ones, missing sources with why, the included ones
-    scraped into this (past) week under ``fleet/force=true`` with the date they were scraped on, and total rows."""
+    scraped into this (past) week under ``fleet/force=true`` with the date they were scraped on, and total rows.
+    A missing source named in ``carry`` (name -> its carry_forward_weeks) may contribute its last good week's rows,
+    listed under ``carried`` (fleet/lifecycle/carry.py); every row has a ``stale_since`` column, null when fresh."""
     outcomes = week_outcomes(store, week, sources)
     included, kept, missing, forced, frames = {}, {}, {}, {}, []
     for name, rec in sorted(outcomes.items()):  # sources in name order: the file is deterministic without a sort
@@ -39,9 +43,12 @@ def consolidate(store: ArtifactStore, week: str, sources: list[str]) -> dict:
         included[name] = int(taken.get("rows") or 0)
         if taken.get("forced"):
             forced[name] = taken["forced"]
-        frames.append(store.scan_parquet(week, keys.rows_key(taken)).with_columns(pl.lit(name).alias("source")))
-    total = sum(included.values())
-    summary = {"week": week, "included": included, "kept": kept, "missing": missing, "forced": forced, "rows": total}
+        frames.append(carrying.fresh(store.scan_parquet(week, keys.rows_key(taken)).with_columns(pl.lit(name).alias("source"))))
+    carried, stale = carrying.carry(store, week, missing, carry or {})
+    frames += stale
+    total = sum(included.values()) + sum(c["rows"] for c in carried.values())
+    summary = {"week": week, "included": included, "kept": kept, "missing": missing, "forced": forced, "rows": total,
+               "carried": carried}
     if total == 0:
         return summary
     lf = pl.concat(frames, how="diagonal_relaxed")

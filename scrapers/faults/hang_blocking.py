@@ -2,8 +2,7 @@ import time
 
 import polars as pl
 
-from fleet import Scraper
-from fleet.demo import site_url
+from fleet import Scraper, site_url
 
 
 class HangBlocking(Scraper):

@@ -1,0 +1,109 @@
+"""`fleet test` (each source replayed offline from its fixture, checked against its schema, key and expectation) and
+`fleet record` (re-record a fixture live, update its expectation, show the difference)."""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import datetime as dt
+import os
+import tempfile
+from pathlib import Path
+
+from fleet.errors import FleetError
+from fleet.lifecycle import fixtures
+from fleet.lifecycle.browse import drive
+from fleet.scraping.discovery import Source, discover
+from fleet.weeks import last_complete_week
+
+
+@dataclasses.dataclass
+class Checked:
+    source: str
+    result: str          # pass | fail | skip (the row of a table, for `fleet test` and `fleet smoke`)
+    rows: int
+    seconds: float
+    detail: str = ""
+
+
+def select(dirs: list[Path], names: tuple[str, ...]) -> tuple[list[Source], bool]:
+    """The sources ``names`` (all when empty) and whether they were named; an unknown name is a FleetError."""
+    sources = {s.name: s for s in discover(dirs)}
+    unknown = [n for n in names if n not in sources]
+    if unknown:
+        raise FleetError(f"unknown source(s): {', '.join(unknown)}; known: {', '.join(sorted(sources)) or 'none'}")
+    return ([sources[n] for n in dict.fromkeys(names)] if names else list(sources.values())), bool(names)
+
+
+def replay(source: Source) -> Checked:
+    """``source`` replayed offline from its fixture: every document and xhr/fetch it asks for must be in the
+    fixture, its rows must fit its schema and key, and their count and per-column fill must match the fixture's."""
+    try:
+        meta = fixtures.load(source)
+    except FleetError as exc:
+        return Checked(source.name, "fail", 0, 0.0, str(exc))
+    env = {"FLEET_DEMO_URL": meta["demo_url"]} if meta.get("demo_url") else {}
+    got = drive(source, meta["week"], replay_har=fixtures.har_path(source), env=env)
+    if got["missing"]:
+        more = f" (and {len(got['missing']) - 1} more)" if len(got["missing"]) > 1 else ""
+        return Checked(source.name, "fail", got["rows"], got["seconds"],
+                       f"not in the fixture: {got['missing'][0]}{more}; re-record with `fleet record {source.name}`")
+    if got["error"]:
+        return Checked(source.name, "fail", got["rows"], got["seconds"], got["error"])
+    problems = fixtures.compare(meta["expect"], got)
+    return Checked(source.name, "fail" if problems else "pass", got["rows"], got["seconds"],
+                   "; ".join(f"expected {p}" for p in problems))
+
+
+def test_sources(dirs: list[Path], names: tuple[str, ...]) -> list[Checked]:
+    sources, named = select(dirs, names)
+    out = []
+    for src in sources:
+        if not named and not fixtures.has_fixture(src):
+            out.append(Checked(src.name, "skip", 0, 0.0, f"no fixture; record one with `fleet record {src.name}`"))
+        else:
+            out.append(replay(src))
+    return out
+
+
+def record(source: Source, week: str | None = None) -> tuple[dict | None, dict]:
+    """Record ``source`` live into its fixture and store the rows' expectation; the previous expectation (None if
+    there was no readable fixture) and the new one. A failed recording leaves the fixture as it was."""
+    week = week or last_complete_week(dt.date.today()).isoformat()
+    try:
+        old = fixtures.load(source)["expect"]
+    except FleetError:
+        old = None
+    with tempfile.TemporaryDirectory(prefix="fleet-record-") as tmp:
+        raw = Path(tmp) / "raw.har.zip"
+        got = drive(source, week, record_har=raw)
+        if got["error"] or not raw.exists():
+            raise FleetError(f"source {source.name}: recording failed: {got['error'] or 'no HAR written'}; "
+                             f"{fixtures.har_path(source)} is unchanged")
+        fixtures.scrub(raw, fixtures.har_path(source))
+    new = fixtures.expectation(got)
+    fixtures.write_meta(source, week, os.environ.get("FLEET_DEMO_URL") or None, new)
+    return old, new
+
+
+@contextlib.contextmanager
+def demo_sites_if_bundled():
+    """The bundled demo scrapers find their sites through FLEET_DEMO_URL: start them when fleet's own scrapers
+    are used (no FLEET_SCRAPERS_DIR) and nobody runs them yet, as `fleet demo` and `fleet ui` do."""
+    if os.environ.get("FLEET_SCRAPERS_DIR", "").strip() or os.environ.get("FLEET_DEMO_URL", "").strip():
+        yield None
+        return
+    from fleet.demo.sites import DemoSites
+
+    with DemoSites() as sites:
+        os.environ["FLEET_DEMO_URL"] = sites.url
+        try:
+            yield sites
+        finally:
+            os.environ.pop("FLEET_DEMO_URL", None)
+
+
+def print_table(rows: list[Checked], echo) -> None:
+    w = max([20, *(len(r.source) for r in rows)])
+    echo(f"{'source':<{w}} {'result':<6} {'rows':>6} {'seconds':>8}  detail")
+    for r in rows:
+        echo(f"{r.source:<{w}} {r.result:<6} {r.rows:>6} {r.seconds:>8.1f}  {r.detail}")

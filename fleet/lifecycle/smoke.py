@@ -1,0 +1,162 @@
+"""`fleet smoke --changed-since REF`: the sources a git diff touches (their module, a shared module they import,
+followed through imports, their fixture; fleet's own scraping code or pinned versions touch all), each run once,
+live, through the weekly runner into a scratch store: nothing is committed or kept but a quarantine lift."""
+from __future__ import annotations
+
+import ast
+import dataclasses
+import datetime as dt
+import importlib.util
+import subprocess
+import tempfile
+import uuid
+from pathlib import Path
+
+import fleet
+from fleet.errors import FleetError
+from fleet.lifecycle import quarantine
+from fleet.lifecycle.replay import Checked
+from fleet.scraping.discovery import Source
+from fleet.storage.store import ArtifactStore, LocalArtifactStore
+from fleet.weeks import last_complete_week
+
+FLEET_DIR = Path(fleet.__file__).resolve().parent
+# fleet's own code a scrape runs through, and its public API (fleet/__init__.py, whose names are imported lazily,
+# so no import of theirs can be followed: site_url lives in fleet/demo): a change to it can break any source
+SCRAPING_CODE = [FLEET_DIR / "scraping", FLEET_DIR / "__init__.py", FLEET_DIR / "errors.py", FLEET_DIR / "config.py",
+                 FLEET_DIR / "storage" / "frames.py", FLEET_DIR / "weeks.py", FLEET_DIR / "demo"]
+# the versions fleet and the scrapers run with
+PIN_FILES = ("pyproject.toml", "setup.cfg", "setup.py", "poetry.lock", "uv.lock", "Pipfile.lock")
+PIN_PREFIXES = ("requirements", "constraints")
+
+
+def _git(cwd: Path, *args: str) -> str:
+    res = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True)
+    if res.returncode:
+        raise FleetError(f"git {' '.join(args)} in {cwd}: {(res.stderr.strip().splitlines() or ['failed'])[-1]}")
+    return res.stdout
+
+
+def changed_files(ref: str, cwd: Path) -> tuple[Path, list[Path]]:
+    """The repository holding ``cwd`` and the files changed since its merge base with ``ref`` (committed, staged,
+    in the work tree, or new and untracked), as absolute paths."""
+    top = Path(_git(cwd, "rev-parse", "--show-toplevel").strip())
+    check = subprocess.run(["git", "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}"], cwd=top,
+                           capture_output=True, text=True)
+    if check.returncode:
+        raise FleetError(f"--changed-since {ref!r}: no such commit in {top}")
+    base = _git(top, "merge-base", ref, "HEAD").strip()
+    names = _git(top, "diff", "--name-only", base).splitlines()
+    names += _git(top, "ls-files", "--others", "--exclude-standard").splitlines()
+    return top, sorted({(top / n).resolve() for n in names if n.strip()})
+
+
+def _module_file(name: str, level: int, here: Path) -> list[Path]:
+    """Files an import may load: relative ones from ``here``'s folder, absolute ones through the import system."""
+    if level:
+        base = here.parent
+        for _ in range(level - 1):
+            base = base.parent
+        parts = name.split(".") if name else []
+        target = base.joinpath(*parts)
+        return [p for p in (target.with_suffix(".py"), target / "__init__.py") if p.exists()]
+    files = []
+    parts = name.split(".")
+    for i in range(1, len(parts) + 1):  # a package's __init__ runs too
+        try:
+            spec = importlib.util.find_spec(".".join(parts[:i]))
+        except (ImportError, ValueError):
+            break
+        if spec is None or not spec.origin or not spec.origin.endswith(".py"):
+            break
+        files.append(Path(spec.origin))
+    return files
+
+
+def imported_files(module: Path, top: Path) -> set[Path]:
+    """``module`` and every file of the repository at ``top`` it imports, followed through their imports."""
+    seen: set[Path] = set()
+    todo = [module.resolve()]
+    while todo:
+        path = todo.pop()
+        if path in seen or top not in path.parents:
+            continue
+        seen.add(path)
+        try:
+            tree = ast.parse(path.read_text(), str(path))
+        except (OSError, SyntaxError, ValueError):
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                found = [f for a in node.names for f in _module_file(a.name, 0, path)]
+            elif isinstance(node, ast.ImportFrom):
+                found = _module_file(node.module or "", node.level, path)
+                # `from . import helpers` / `from pkg import sub`: the names may be modules themselves
+                for a in node.names:
+                    found += _module_file(f"{node.module}.{a.name}" if node.module else a.name, node.level, path)
+            else:
+                continue
+            todo += [f.resolve() for f in found]
+    return seen
+
+
+def _touches_all(path: Path, top: Path) -> bool:
+    if any(path == p or p in path.parents for p in SCRAPING_CODE):
+        return True
+    return path.parent == top and (path.name in PIN_FILES or path.name.startswith(PIN_PREFIXES))
+
+
+def affected(sources: list[Source], ref: str, cwd: Path) -> dict[str, str]:
+    """Each source the changes since ``ref`` touch, with why."""
+    top, changed = changed_files(ref, cwd)
+    if not changed:
+        return {}
+    everything = next((p for p in changed if _touches_all(p, top)), None)
+    out = {}
+    for src in sources:
+        if everything is not None:
+            out[src.name] = f"{everything.relative_to(top) if top in everything.parents else everything} affects every source"
+            continue
+        fixtures = src.module_path.resolve().parent / "fixtures"
+        own = [p for p in changed if p.parent == fixtures and p.name.startswith(f"{src.name}.")]
+        if src.module_path.resolve() in changed:
+            out[src.name] = "its module changed"
+        elif own:
+            out[src.name] = f"its fixture {own[0].name} changed"
+        else:
+            via = sorted(imported_files(src.module_path, top) & set(changed))
+            if via:
+                out[src.name] = f"imports {via[0].relative_to(top)}, which changed"
+    return out
+
+
+def run(sources: list[Source], store: ArtifactStore, lift_store: ArtifactStore | None = None) -> list[Checked]:
+    """Each of ``sources`` once, live, end to end (a fresh worker and browser, its own timeout), into ``store``;
+    a pass lifts its quarantine in ``lift_store``."""
+    from fleet.scraping.runner import run_source
+    from fleet.scraping.settings import WorkerSettings
+
+    settings = dataclasses.replace(WorkerSettings.from_env(), workers="fresh")
+    week = last_complete_week(dt.date.today()).isoformat()
+    out = []
+    for src in sources:
+        o = run_source(src, week, store=store, run_id=f"smoke-{uuid.uuid4().hex[:8]}", settings=settings, refresh=True)
+        ok = o.status == "ok"
+        detail = "" if ok else (o.error or f"{o.status}: no rows").strip().splitlines()[0][:200]
+        if ok and lift_store is not None and quarantine.state(lift_store, src.name, src.quarantine_after):
+            quarantine.lift(lift_store, src.name, by="fleet smoke")
+            detail = "passed live: quarantine lifted"
+        out.append(Checked(src.name, "pass" if ok else "fail", o.rows, o.seconds, detail))
+    return out
+
+
+def smoke(sources: list[Source], ref: str, cwd: Path, lift_store: ArtifactStore, echo) -> list[Checked] | None:
+    """The affected sources' results, or None when the diff touches none (then nothing ran)."""
+    hit = affected(sources, ref, cwd)
+    if not hit:
+        echo(f"fleet: no source is affected by the changes since {ref}; nothing was run")
+        return None
+    for name, why in hit.items():
+        echo(f"fleet: smoke {name}: {why}")
+    with tempfile.TemporaryDirectory(prefix="fleet-smoke-") as tmp:
+        return run([s for s in sources if s.name in hit], LocalArtifactStore(tmp), lift_store)
