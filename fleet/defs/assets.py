@@ -11,6 +11,7 @@ from dagster import (
 
 from fleet.quality import alerts as alerting
 from fleet.quality import checks as qc
+from fleet.defs.failure_md import evidence_metadata, failure_observation
 from fleet.defs.resources import Alerts, ArtifactStore, Browser, DataRepository
 from fleet.policy import pastweek
 from fleet.policy import taxonomy as tx
@@ -128,6 +129,7 @@ def refuse_past_week(context, source: str, week: str, store, config: RawConfig) 
     if why:
         scrape_outcome.failed(store, source, week, context.run_id, why, tx.REFUSED, status=tx.REFUSED)
         context.log.warning(f"[run {context.run_id}] [{source}] {why}")
+        context.log_event(failure_observation(AssetKey(["raw", source]), week, tx.REFUSED, why, {}))
         raise Failure(description=f"[{tx.REFUSED}] {why}",
                       metadata={"fleet/status": tx.REFUSED, "fleet/category": tx.REFUSED, "week": week,
                                 "source": source, "error": MetadataValue.text(why)},
@@ -156,11 +158,14 @@ def _raw_compute(source: Source, crash_reruns: int):
             "url": MetadataValue.text(out.url or "-"),
         }
         if not out.succeeded:
+            evidence = {**evidence_metadata(out.evidence),
+                        "evidence_dir": _md_path(str(store.path(week, keys.evidence_key(source.name))))}
+            context.log_event(failure_observation(key, week, out.category or "source", out.error or "",
+                                                  {**common, **evidence}))
             raise Failure(
                 description=f"[{out.category}] {out.error}",
                 metadata={**common, "fleet/category": out.category or "source", "error": MetadataValue.text(out.error or ""),
-                          "screenshot": _md_path(out.evidence.get("screenshot")), "html": _md_path(out.evidence.get("html")),
-                          "evidence_dir": _md_path(str(store.path(week, keys.evidence_key(source.name))))},
+                          **evidence},
                 # infra (the browser or the worker died) may recover on a re-execution; a source failure will not
                 allow_retries=out.category == "infra",
             )
