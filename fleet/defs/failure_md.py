@@ -12,14 +12,16 @@ SCREENSHOT_INLINE_MAX = 1_000_000
 HTML_SHOWN_MAX = 20_000
 
 
-def _read(path: str | None, limit: int, binary: bool = False):
-    if not path:
-        return None
+def _png(path: str | None) -> bytes | None:
     try:
-        p = Path(path)
-        if p.stat().st_size > limit and binary:
-            return None
-        return p.read_bytes() if binary else p.read_text(encoding="utf-8", errors="replace")[:limit]
+        return Path(path).read_bytes() if path and Path(path).stat().st_size <= SCREENSHOT_INLINE_MAX else None
+    except OSError:
+        return None
+
+
+def _text(path: str | None) -> str | None:
+    try:
+        return Path(path).read_text(encoding="utf-8", errors="replace")[:HTML_SHOWN_MAX] if path else None
     except OSError:
         return None
 
@@ -29,11 +31,11 @@ def evidence_metadata(evidence: dict) -> dict:
     ``page_html``, the stored page as plain text: it is third-party content, so it is never handed to the operator's
     browser as HTML. The files' own locations stay in ``screenshot_file``/``html_file``."""
     meta = {}
-    shot = _read(evidence.get("screenshot"), SCREENSHOT_INLINE_MAX, binary=True)
+    shot = _png(evidence.get("screenshot"))
     if shot:
         meta["screenshot"] = MetadataValue.md(
             f"![screenshot of the page when it failed](data:image/png;base64,{base64.b64encode(shot).decode()})")
-    html = _read(evidence.get("html"), HTML_SHOWN_MAX)
+    html = _text(evidence.get("html"))
     if html is not None:
         meta["page_html"] = MetadataValue.text(html)
     for name, key in (("screenshot_file", "screenshot"), ("html_file", "html")):

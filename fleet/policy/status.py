@@ -1,4 +1,5 @@
-"""Per-source status of a week, read from the Dagster instance (step outcomes) and the stored outcomes (rows, seconds)."""
+"""Per-source status of a week, read from the Dagster instance (step outcomes) and the stored outcomes (rows, seconds);
+the week's failed checks as the instance records them."""
 from __future__ import annotations
 
 import dataclasses
