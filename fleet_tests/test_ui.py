@@ -189,9 +189,16 @@ def tick_week(site):
 
 @pytest.fixture(scope="module")
 def past_weeks(site):
-    """PAST_A scraped from the UI under the run tag fleet/force=true; then a backfill of PAST_B..PAST_A from the
-    UI, without the tag."""
+    """PAST_A materialized by hand from the UI (refused), then again under the run tag fleet/force=true (scraped);
+    then a backfill of PAST_B..PAST_A from the UI, without the tag."""
     page = site.page
+    page.goto(site.base + ui.LINEAGE)
+    toast = ui.materialize_all(page, PAST_A)
+    site.snap("past-week-by-hand-launched")
+    assert toast.startswith("Launched run"), toast
+    by_hand = wait_until(site, f"the hand-launched run of {PAST_A}",
+                         lambda: [r for r in runs(site, PAST_A) if r["status"] not in UNFINISHED])
+    hand_refusals = {name: observation(site, name, PAST_A)["description"] for name in SOURCES}
     page.goto(site.base + ui.LINEAGE)
     toast = ui.materialize_all(page, PAST_A, tags={"fleet/force": "true"})
     site.snap("forced-past-week-launched")
@@ -207,7 +214,8 @@ def past_weeks(site):
                          lambda: [r for r in runs(site, PAST_B) if r["status"] not in UNFINISHED
                                   and r["tags"].get("dagster/backfill") == backfill])
     reused = wait_published(site, PAST_A, publishes=2)
-    return SimpleNamespace(backfill=backfill, commits_before=commits, refused=refused, reused=reused)
+    return SimpleNamespace(backfill=backfill, commits_before=commits, refused=refused, reused=reused,
+                           by_hand=by_hand, hand_refusals=hand_refusals)
 
 
 # ---------------------------------------------------------------- 6. the first visit
@@ -424,6 +432,11 @@ def test_row_count_plot_shows_two_weeks(site, fault_week, tick_week):
 
 def test_a_ui_backfill_of_two_past_weeks_reuses_stored_rows_or_refuses(site, past_weeks):
     page = site.page
+    # PAST_A by hand, without the tag: every source refused inside the run, nothing published for it then
+    [by_hand] = past_weeks.by_hand
+    assert by_hand["status"] == "FAILURE" and by_hand["tags"].get("dagster/from_ui") == "true"
+    for name, why in past_weeks.hand_refusals.items():
+        assert why.startswith(f"[refused] week {PAST_A} is older") and f"source {name} has" in why, why
     # PAST_A, forced from the launch dialog's tags: its commit message says what was scraped when
     raw_a = next(c for c in log(site.remote) if c["subject"] == f"fleet: raw rows for week {PAST_A}")
     assert re.search(rf"Forced: sources scraped on {NOW.date()} for past week {PAST_A} \(fleet/force=true\): "
