@@ -1,6 +1,7 @@
 """Real-parts fixtures: a GitHub-like bare remote with hooks, a temp FLEET_HOME, and the fleet CLI as a subprocess."""
 import io
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -85,17 +86,23 @@ def scrape_home(tmp_path, monkeypatch):
     pool.stop(home / "workers")
 
 
+def pytest_addoption(parser):
+    parser.addoption("--ui-screenshots", metavar="DIR", default=None,
+                     help="Save the UI tests' screenshots in DIR (default: the test session's temporary folder).")
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
 
 
-def start_ui(fleet_env, env, settle_s: float = 10):
+def start_ui(fleet_env, env, settle_s: float = 10, demo: bool = False):
     """`fleet ui` on a free port, in a session of its own, once it answers (and ``settle_s`` more, for the daemon's
-    sensors to take their first tick); returns (process, port)."""
+    sensors to take their first tick); returns (process, port). ``demo``: with the demo sites."""
     port = free_port()
-    ui = subprocess.Popen([sys.executable, "-m", "fleet.cli", "ui", "--port", str(port), "--no-demo"], env=env,
+    ui = subprocess.Popen([sys.executable, "-m", "fleet.cli", "ui", "--port", str(port),
+                           "--demo" if demo else "--no-demo"], env=env,
                           cwd=fleet_env.home, stdout=open(fleet_env.tmp / "ui.log", "a"), stderr=subprocess.STDOUT,
                           start_new_session=True)
     deadline = time.monotonic() + 120
@@ -108,3 +115,13 @@ def start_ui(fleet_env, env, settle_s: float = 10):
             time.sleep(1)
     time.sleep(settle_s)
     return ui, port
+
+
+def stop_ui(ui, sig=signal.SIGTERM):
+    """Stop a `fleet ui` started in a session of its own, and everything it started."""
+    os.killpg(ui.pid, sig)
+    try:
+        ui.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        os.killpg(ui.pid, signal.SIGKILL)
+        ui.wait()

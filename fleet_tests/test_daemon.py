@@ -7,23 +7,13 @@ import contextlib
 import json
 import os
 import signal
-import subprocess
 import time
 from types import SimpleNamespace
 
-from fleet_tests.conftest import ROOT, WEEK, committed_frame, start_ui
+from fleet_tests.conftest import ROOT, WEEK, committed_frame, start_ui, stop_ui
 from fleet_tests.gitremote import log
 
 
-
-
-def _stop_ui(ui, sig=signal.SIGTERM):
-    os.killpg(ui.pid, sig)
-    try:
-        ui.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        os.killpg(ui.pid, signal.SIGKILL)
-        ui.wait()
 
 
 @contextlib.contextmanager
@@ -68,7 +58,7 @@ def _ui(fleet_env, scrapers: dict, extra_env: dict):
             yield submit, instance, counters, SimpleNamespace(crash=crash, restart=restart)
     finally:
         if "ui" in current:
-            _stop_ui(current["ui"])
+            stop_ui(current["ui"])
 
 
 def _session(sid: int) -> list[int]:

@@ -42,7 +42,7 @@ def test_canary_alerts_once_on_the_day_a_source_breaks_and_lifts_quarantine(flee
 
         site.change_week = None
         for week in ("2026-11-02", "2026-11-09", "2026-11-16"):
-            store.write_json(week, keys.outcome_key("news"), {"status": "failed", "category": "source"})
+            keys.write_outcome(store, week, {"source": "news", "attempt": "a1", "status": "failed", "category": "source"})
         assert quarantine.state(store, "news", 3) is not None
         healed = run_fleet(env, "canary", "news")
         assert healed.returncode == 0 and "passed live: quarantine lifted" in healed.stdout, healed.stdout

@@ -13,8 +13,8 @@ WEEKS = ["2026-10-26", "2026-11-02", "2026-11-09", "2026-11-16"]
 
 
 def _good(store, week, source, rows=2):
-    store.write_parquet(week, keys.raw_key(source), pl.DataFrame({"k": list(range(rows))}))
-    store.write_json(week, keys.outcome_key(source), {"status": "ok", "rows": rows})
+    store.write_parquet(week, keys.raw_key(source, "a1"), pl.DataFrame({"k": list(range(rows))}))
+    keys.write_outcome(store, week, {"source": source, "attempt": "a1", "status": "ok", "rows": rows})
 
 
 def test_quarantined_or_unflagged_sources_are_never_carried(tmp_path):

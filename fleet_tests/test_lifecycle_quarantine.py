@@ -16,8 +16,8 @@ WEEKS = ["2026-11-02", "2026-11-09", "2026-11-16"]
 
 
 def _outcome(store, week, status, category=None, source="s"):
-    store.write_json(week, keys.outcome_key(source), {"source": source, "week": week, "status": status,
-                                                     "category": category})
+    keys.write_outcome(store, week, {"source": source, "attempt": "a1", "week": week, "status": status,
+                                     "category": category})
 
 
 def test_only_source_failures_in_a_row_count(tmp_path):
@@ -99,10 +99,12 @@ def test_a_source_failing_k_weeks_is_skipped_shown_alerted_once_and_lifted(fleet
     assert "quarantined news:" not in run_fleet(env, "status", "--week", WEEKS[2]).stdout
     assert "is not quarantined" in run_fleet(env, "unquarantine", "news").stdout
 
-    outcome_before = (fleet_env.home / "artifacts" / WEEKS[2] / "raw" / "news.outcome.json").read_bytes()
+    outcomes_before = {p: p.read_bytes() for p in (fleet_env.home / "artifacts" / WEEKS[2] / "raw" / "news").glob("*.json")}
+    assert outcomes_before
     lift_path.write_text("{garbage")
     bad = run_fleet(env, "unquarantine", "news")
     assert bad.returncode == 2 and bad.stderr.strip() == f"fleet: error: {lift_path}: unreadable quarantine record " \
         f"(Expecting property name enclosed in double quotes: line 1 column 2 (char 1))", bad.stderr
     assert lift_path.read_text() == "{garbage"
-    assert (fleet_env.home / "artifacts" / WEEKS[2] / "raw" / "news.outcome.json").read_bytes() == outcome_before
+    assert {p: p.read_bytes() for p in (fleet_env.home / "artifacts" / WEEKS[2] / "raw" / "news").glob("*.json")} \
+        == outcomes_before

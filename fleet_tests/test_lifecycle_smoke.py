@@ -83,7 +83,8 @@ def test_smoke_runs_exactly_the_sources_a_diff_touches(fleet_env):
         site.change_week = None
         home_store = LocalArtifactStore(fleet_env.home / "artifacts")
         for week in ("2026-11-02", "2026-11-09", "2026-11-16"):
-            home_store.write_json(week, keys.outcome_key("news"), {"status": "failed", "category": "source"})
+            keys.write_outcome(home_store, week, {"source": "news", "attempt": "a1", "status": "failed",
+                                                  "category": "source"})
         assert quarantine.state(home_store, "news", 3) is not None
         lifted = run_fleet(env, "smoke", "--changed-since", "main")
         assert lifted.returncode == 0, lifted.stdout + lifted.stderr
@@ -103,4 +104,4 @@ def test_smoke_runs_exactly_the_sources_a_diff_touches(fleet_env):
     # nothing was committed or stored as a week's outcome
     assert log(fleet_env.remote) == remote_before
     assert sorted(home_store.weeks()) == ["2026-11-02", "2026-11-09", "2026-11-16"]
-    assert not any(home_store.exists(w, keys.outcome_key("front")) for w in home_store.weeks())
+    assert not any(keys.outcomes(home_store, w, "front") for w in home_store.weeks())

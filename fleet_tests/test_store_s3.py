@@ -290,11 +290,12 @@ def test_a_failures_evidence_is_stored_and_linked_for_the_ui(s3_store, scrape_ho
     assert keys.read_outcome(s3_store, WEEK, "breaks")["evidence"] == out.evidence
 
     md = evidence_metadata(s3_store, WEEK, "breaks", out.evidence)
-    kind, png = _fetch(md["screenshot"].value)
+    kind, png = _fetch(md["screenshot_url"].value)
     assert kind == "image/png" and png.startswith(b"\x89PNG")
-    kind, html = _fetch(md["html"].value)
+    kind, html = _fetch(md["html_url"].value)
     assert kind.startswith("text/plain") and b"the page as it broke" in html
-    kind, error = _fetch(md["error"].value)
+    assert "the page as it broke" in md["page_html"].value and "data:image/png;base64," in md["screenshot"].value
+    kind, error = _fetch(md["error_url"].value)
     assert b"selector rot" in error
     assert md["screenshot_object"].value == prefix + "screenshot.png"
 

@@ -14,7 +14,7 @@ from dagster import (
 from fleet.quality import alerts as alerting
 from fleet.quality import checks as qc
 from fleet.defs import codeversion
-from fleet.defs.evidence import evidence_metadata
+from fleet.defs.evidence import evidence_metadata, failure_observation
 from fleet.defs.resources import Alerts, ArtifactStore, Browser, DataRepository
 from fleet.lifecycle import quarantine
 from fleet.policy import pastweek
@@ -150,6 +150,7 @@ def refuse_past_week(context, source: str, week: str, store, config: RawConfig) 
     if why:
         scrape_outcome.failed(store, source, week, context.run_id, why, tx.REFUSED, status=tx.REFUSED)
         context.log.warning(f"[run {context.run_id}] [{source}] {why}")
+        context.log_event(failure_observation(AssetKey(["raw", source]), week, tx.REFUSED, why, {}))
         raise Failure(description=f"[{tx.REFUSED}] {why}",
                       metadata={"fleet/status": tx.REFUSED, "fleet/category": tx.REFUSED, "week": week,
                                 "source": source, "error": MetadataValue.text(why)},
@@ -201,10 +202,13 @@ def _raw_compute(source: Source, crash_reruns: int):
             "fleet/attempt": MetadataValue.text(out.attempt or "-"),
         }
         if not out.succeeded:
+            evidence = evidence_metadata(store, week, source.name, out.evidence)
+            context.log_event(failure_observation(key, week, out.category or "source", out.error or "",
+                                                  {**common, **evidence}))
             raise Failure(
                 description=f"[{out.category}] {out.error}",
                 metadata={**common, "fleet/category": out.category or "source", "error": MetadataValue.text(out.error or ""),
-                          **evidence_metadata(store, week, source.name, out.evidence)},
+                          **evidence},
                 # infra (the browser or the worker died) may recover on a re-execution; a source failure will not
                 allow_retries=out.category == "infra",
             )

@@ -1,4 +1,5 @@
-"""Per-source status of a week, read from the Dagster instance (step outcomes) and the stored outcomes (rows, seconds)."""
+"""Per-source status of a week, read from the Dagster instance (step outcomes) and the stored outcomes (rows, seconds);
+the week's failed checks as the instance records them."""
 from __future__ import annotations
 
 import dataclasses
@@ -69,4 +70,38 @@ def week_status(instance: DagsterInstance, store: ArtifactStore, week: str, sour
         host = next((s.host for s in reversed(steps) if s.host), "")
         out.append(SourceStatus(src, status, category, rows, float(stored.get("seconds") or 0), attempts, error, note,
                                 host))
+    return out
+
+
+@dataclasses.dataclass
+class FailedCheck:
+    source: str
+    check: str
+    severity: str          # ERROR | WARN, or "-" for a check its step never evaluated
+    message: str
+
+
+def failed_checks(instance: DagsterInstance, week: str, sources: list[str], check_names) -> list[FailedCheck]:
+    """The checks the Dagster UI shows as failed for ``week``, from what the instance records: each source's
+    check's latest execution for the week's partition, evaluated as failed, or planned in a run that failed
+    without evaluating it (the UI's "Execution failed": its step failed). The stored check results alone miss
+    the latter, so `fleet status` said "0 failed" while the UI showed four failed checks per failed source."""
+    from dagster import AssetCheckKey, AssetKey
+
+    out = []
+    for source in sources:
+        for name in check_names:
+            key = AssetCheckKey(AssetKey(["raw", source]), name)
+            latest = next((r for r in instance.event_log_storage.get_asset_check_execution_history(key, limit=1000)
+                           if r.partition == week), None)
+            if latest is None:
+                continue
+            if latest.status.value == "FAILED":
+                evaluation = latest.event.dagster_event.event_specific_data
+                out.append(FailedCheck(source, name, evaluation.severity.value, evaluation.description or ""))
+            elif latest.status.value == "PLANNED":
+                run = instance.get_run_by_id(latest.run_id)
+                if run is not None and run.status.value == "FAILURE":
+                    out.append(FailedCheck(source, name, "-", f"not evaluated: run {latest.run_id[:8]} failed "
+                                                              "before the check ran (see the source's status)"))
     return out

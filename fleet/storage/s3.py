@@ -143,6 +143,11 @@ class S3ArtifactStore(ArtifactStore):
         except Exception as exc:
             raise FleetError(f"{STORE_SETTING}={self.url}: the store cannot be written{where}: {_one_line(exc)}") from None
 
+    def read_location(self, location: str) -> bytes:
+        if not location.startswith("s3://"):
+            return Path(location).read_bytes()
+        return self.fs.cat_file(location[len("s3://"):])
+
     def sign(self, location: str, content_type: str | None = None, expires_s: int = 7 * 86400) -> str | None:
         if not location.startswith("s3://"):
             return None

@@ -77,6 +77,10 @@ class ArtifactStore(abc.ABC):
     def check(self) -> None:
         """Refuse a store that cannot be used (FleetError, one line naming the setting). Local: nothing to ask."""
 
+    def read_location(self, location: str) -> bytes:
+        """The bytes of an object named by its ``location`` (a path here; an s3:// URL in an object store)."""
+        return Path(location).read_bytes()
+
     def sign(self, location: str, content_type: str | None = None, expires_s: int = 7 * 86400) -> str | None:
         """A URL a browser elsewhere can open for an object stored at ``location`` (served as ``content_type``),
         or None when the location is a local path."""
