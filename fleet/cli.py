@@ -556,6 +556,9 @@ def worker(concurrency, name):
                              "FLEET_CELERY_BROKER on this host and on the one that runs the weeks")
         chromium_path()
         scraper_dirs()
+        from fleet.storage.store import check_store
+
+        check_store(_store())  # the steps' rows, checkpoints and evidence go there
         celery.check_broker(s, need_workers=False)
         from fleet.defs.instance import get_instance
 

@@ -5,6 +5,7 @@ import contextlib
 import os
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 
@@ -20,14 +21,17 @@ def s3_server(timeout_s: float = 60):
     """Start moto's server on a free loopback port, wait until it answers, yield its endpoint URL, stop it."""
     port = free_port()
     endpoint = f"http://127.0.0.1:{port}"
+    # its log to a file: the server logs every request, and a pipe nobody reads fills and stops it
+    log = tempfile.TemporaryFile()
     proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-p", str(port), "-H", "127.0.0.1"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True,
+                            stdout=subprocess.DEVNULL, stderr=log, start_new_session=True,
                             env={**os.environ, **CREDENTIALS})
     try:
         deadline = time.monotonic() + timeout_s
         while True:
             if proc.poll() is not None:
-                raise RuntimeError(f"moto's server exited {proc.returncode}: {proc.stderr.read().decode()[-2000:]}")
+                log.seek(0)
+                raise RuntimeError(f"moto's server exited {proc.returncode}: {log.read().decode()[-2000:]}")
             try:
                 with urllib.request.urlopen(f"{endpoint}/moto-api/", timeout=2):
                     break
@@ -43,4 +47,4 @@ def s3_server(timeout_s: float = 60):
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
-        proc.stderr.close()
+        log.close()

@@ -1,0 +1,63 @@
+"""The worker watch of the Celery executor (fleet/defs/celery.py), against a stand-in for Celery's control API:
+which tasks it fails and when. The real workers, killed for real, are in test_scaleout.py."""
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+from dagster import DagsterEventType, DagsterInstance, job, op
+
+from fleet.defs.celery import WorkerWatch
+
+
+@op
+def noop():
+    pass
+
+
+@job
+def tiny():
+    noop()
+
+
+def _task(task_id: str, run_id: str, step: str) -> dict:
+    return {"id": task_id, "args": [], "kwargs": {"execute_step_args_packed": {
+        "__class__": "ExecuteStepArgs", "run_id": run_id, "step_keys_to_execute": [step]}}}
+
+
+class FakeApp:
+    """Celery's app as the watch uses it: inspect(active, reserved), AsyncResult(ready), revoke, the backend."""
+
+    def __init__(self):
+        self.active, self.reserved, self.done = {}, {}, set()
+        self.revoked, self.marked = [], []
+        self.control = SimpleNamespace(inspect=lambda timeout: SimpleNamespace(
+            active=lambda: dict(self.active), reserved=lambda: dict(self.reserved)), revoke=self.revoked.append)
+        self.backend = SimpleNamespace(mark_as_revoked=lambda task_id, reason="": self.marked.append((task_id, reason)))
+
+    def AsyncResult(self, task_id):  # noqa: N802 - Celery's name
+        return SimpleNamespace(ready=lambda: task_id in self.done)
+
+
+def test_a_silent_worker_loses_its_tasks_of_the_run_and_no_other():
+    instance = DagsterInstance.ephemeral()
+    run = instance.get_run_by_id(tiny.execute_in_process(instance=instance).run_id)
+    app = FakeApp()
+    app.active = {"a@h": [_task("t1", run.run_id, "raw__one"), _task("tx", "another-run", "raw__x")],
+                  "b@h": [_task("t2", run.run_id, "raw__two")]}
+    app.reserved = {"a@h": [_task("t3", run.run_id, "raw__three")], "b@h": []}
+    watch = WorkerWatch(app, instance, run, lost_after_s=30)
+    watch.poll(now=0)
+    assert set(watch.held) == {"t1", "t2", "t3"}  # the other run's task is not this run's to judge
+    app.active.pop("a@h")
+    app.reserved.pop("a@h")
+    watch.poll(now=29)
+    assert app.revoked == [] and app.marked == []  # silent, but not for long enough
+    app.done.add("t2")  # b finished its step: no longer held
+    watch.poll(now=31)
+    assert sorted(app.revoked) == ["t1", "t3"] and sorted(t for t, _ in app.marked) == ["t1", "t3"]
+    assert "celery worker a@h answered nothing for 31 s" in app.marked[0][1]
+    assert "raw__one" in app.marked[0][1] and "raw__three" in app.marked[0][1]
+    messages = [r.dagster_event.message for r in instance.all_logs(run.run_id, of_type=DagsterEventType.ENGINE_EVENT)]
+    assert any(m.startswith("fleet: celery worker a@h answered nothing") for m in messages), messages
+    watch.poll(now=100)  # a worker declared gone is not failed twice
+    assert len(app.revoked) == 2 and watch.held == {}
