@@ -15,13 +15,13 @@ import pytest
 
 from fleet.errors import FleetError
 from fleet.scraping import outcome
-from fleet.scraping.discovery import discover
 from fleet.storage import store as keys
 from fleet.storage.frames import encode_row
 from fleet.storage.store import LocalArtifactStore, check_store, open_store
 from fleet_tests.conftest import ROOT, WEEK, committed_frame, run_fleet
 from fleet_tests.gitremote import log
 from fleet_tests.s3server import CREDENTIALS, s3_server
+from fleet_tests.test_runner import scraper
 
 
 @pytest.fixture(scope="module")
@@ -133,27 +133,9 @@ def test_a_multipart_upload_shows_nothing_under_its_key_until_it_completes(s3_st
     assert store.read_bytes(WEEK, "big.bin") == big.read_bytes()
 
 
-SCRAPER = '''
-import polars as pl
-from fleet import Scraper
-
-
-class Late(Scraper):
-    name = "late"
-    schema = {"id": pl.Int64, "v": pl.String}
-    key = ("id",)
-
-    async def scrape(self, page, ctx):
-        yield {"id": 1, "v": "x"}
-'''
-
-
 @pytest.fixture
 def late_source(tmp_path):
-    (tmp_path / "scrapers").mkdir()
-    (tmp_path / "scrapers" / "late.py").write_text(SCRAPER)
-    (source,) = discover([tmp_path / "scrapers"])
-    return source
+    return scraper(tmp_path, "late", 'yield {"id": 1, "v": "x"}', schema='{"id": pl.Int64, "v": pl.String}')
 
 
 def _attempt(store, source, attempt: str, rows: list[dict], status: str = "ok", work=None):
@@ -266,22 +248,11 @@ def test_a_failures_evidence_is_stored_and_linked_for_the_ui(s3_store, scrape_ho
     from fleet.defs.evidence import evidence_metadata
     from fleet.scraping.runner import WorkerSettings, run_source
 
-    (tmp_path / "scrapers").mkdir()
-    (tmp_path / "scrapers" / "breaks.py").write_text(textwrap.dedent('''
-        import polars as pl
-        from fleet import Scraper
-
-        class Breaks(Scraper):
-            name = "breaks"
-            schema = {"id": pl.Int64}
-            key = ("id",)
-
-            async def scrape(self, page, ctx):
-                await page.set_content("<h1>the page as it broke</h1><script>document.title='x'</script>")
-                raise RuntimeError("selector rot")
-                yield
-    '''))
-    (source,) = discover([tmp_path / "scrapers"])
+    source = scraper(tmp_path, "breaks", """
+        await page.set_content("<h1>the page as it broke</h1><script>document.title='x'</script>")
+        raise RuntimeError("selector rot")
+        yield
+    """)
     out = run_source(source, WEEK, store=s3_store, run_id="test", settings=WorkerSettings.from_env())
     assert (out.status, out.category) == ("failed", "source"), out
     prefix = f"{s3_store.url}/{WEEK}/evidence/breaks/{out.attempt}/"
