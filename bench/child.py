@@ -105,7 +105,7 @@ def runner_only(directory: str, week: str, cap: str) -> None:
     from fleet.scraping.discovery import discover
     from fleet.scraping.runner import run_source
     from fleet.scraping.settings import WorkerSettings
-    from fleet.storage.store import open_store
+    from fleet.storage.open import open_store
     s = settings()
     sources = discover([Path(directory)])
     store = open_store(s.store_url, s.artifact_cache)

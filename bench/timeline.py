@@ -159,7 +159,7 @@ def main(argv=None) -> int:
     from fleet.config import settings
     from fleet.defs.instance import get_instance
     from fleet.storage import store as keys
-    from fleet.storage.store import open_store
+    from fleet.storage.open import open_store
 
     s, week = settings(), resolve_week(args.week)
     store = open_store(s.store_url, s.artifact_cache)

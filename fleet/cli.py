@@ -46,7 +46,7 @@ def run_week(week: str, sources: tuple[str, ...] = (), deep: tuple[str, ...] = (
     from fleet.policy.followup import drive
     from fleet.policy.pastweek import FORCE_TAG
     from fleet.publish import check_remote
-    from fleet.storage.store import check_store
+    from fleet.storage.open import check_store
 
     s = settings()
     # Refused before the week is scraped: a bad FLEET_DATA_BRANCH or FLEET_DATA_PREFIX, a FLEET_DATA_REMOTE that is a
@@ -143,7 +143,7 @@ def warm_forkserver() -> None:
 
 
 def _store():
-    from fleet.storage.store import open_store
+    from fleet.storage.open import open_store
 
     s = settings()
     return open_store(s.store_url, s.artifact_cache)
@@ -556,7 +556,7 @@ def worker(concurrency, name):
                              "FLEET_CELERY_BROKER on this host and on the one that runs the weeks")
         chromium_path()
         scraper_dirs()
-        from fleet.storage.store import check_store
+        from fleet.storage.open import check_store
 
         check_store(_store())  # the steps' rows, checkpoints and evidence go there
         celery.check_broker(s, need_workers=False)

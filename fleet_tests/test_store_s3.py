@@ -17,7 +17,8 @@ from fleet.errors import FleetError
 from fleet.scraping import outcome
 from fleet.storage import store as keys
 from fleet.storage.frames import encode_row
-from fleet.storage.store import LocalArtifactStore, check_store, open_store
+from fleet.storage.store import LocalArtifactStore
+from fleet.storage.open import check_store, open_store
 from fleet_tests.conftest import ROOT, WEEK, committed_frame, run_fleet
 from fleet_tests.gitremote import log
 from fleet_tests.s3server import CREDENTIALS, s3_server
@@ -224,7 +225,7 @@ def test_an_s3_url_without_s3fs_says_to_install_the_extra(tmp_path):
     code = textwrap.dedent("""
         import sys
         sys.modules["s3fs"] = None  # as if fleet[distributed] were not installed
-        from fleet.storage.store import open_store
+        from fleet.storage.open import open_store
         open_store(sys.argv[1], sys.argv[1])  # a local folder still works
         try:
             open_store("s3://bucket/fleet", sys.argv[1])
