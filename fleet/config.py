@@ -121,7 +121,7 @@ class Settings:
 
     @property
     def store_url(self) -> str:
-        """The artifact store every stage, host and command uses (fleet/storage/store.py ``open_store``)."""
+        """The artifact store every stage, host and command uses (fleet/storage/open.py ``open_store``)."""
         return self.artifacts or str(self.store_root)
 
     @property

@@ -2,7 +2,7 @@
 
 ``ArtifactStore`` is the interface the stages use. ``LocalArtifactStore`` keeps it in a folder (the default,
 ``FLEET_HOME/artifacts``); ``fleet.storage.s3.S3ArtifactStore`` in an ``s3://bucket/prefix`` (``fleet[distributed]``).
-``open_store`` builds either from ``FLEET_ARTIFACTS``. The keys every stage agrees on are at the end of this module.
+``open_store`` (fleet/storage/open.py) builds either from ``FLEET_ARTIFACTS``. The keys every stage agrees on are at the end of this module.
 """
 from __future__ import annotations
 
