@@ -507,10 +507,17 @@ def ui(port, demo):
 
     from fleet.defs.instance import check_instance, ensure_home
 
+    from fleet.storage.open import check_store
+
     s = settings()
     ensure_home(s)
     with DagsterInstance.get() as instance:  # what the webserver and daemon will load: refused now, not later
         check_instance(s, instance)
+    check_store(_store())
+    if s.executor == "celery":  # the runs it launches queue their steps there; workers may start later
+        from fleet.defs.celery import check_broker
+
+        check_broker(s, need_workers=False)
     # `dagster dev` runs in the checkout; its code server and runs must use this home, as this process does
     os.environ["FLEET_HOME"] = str(s.home)
     use_demo = demo if demo is not None else not os.environ.get("FLEET_SCRAPERS_DIR")
