@@ -4,7 +4,8 @@ Each source fetches PAGES pages of a demo site that answers after LATENCY_MS: it
 The floor of a configuration is the total network wait divided by its slots (10 per worker). The wall is the
 scrape run's, from its start to its end as the Dagster instance records them (the publish run that follows is
 the same in both). Both configurations run on the same Postgres, Redis and demo sites, in one invocation.
-CPU is the machine's busy CPU-seconds over each run (/proc/stat), everything included."""
+CPU is the machine's busy CPU-seconds over each run (/proc/stat), everything included; memory is the machine's
+peak use above where the run started (/proc/meminfo), also everything included, over the slots."""
 from __future__ import annotations
 
 import os
@@ -53,6 +54,41 @@ def busy_cpu_s() -> float:
     return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")
 
 
+def mem_available_mb() -> float:
+    with open("/proc/meminfo") as fh:
+        for line in fh:
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) / 1024
+    return 0.0
+
+
+class MemoryPeak:
+    """The most memory the machine used above where it started, sampled every 0.5 s (MemAvailable)."""
+
+    def __init__(self):
+        import threading
+
+        self.base, self.low = mem_available_mb(), mem_available_mb()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+
+    def _loop(self):
+        while not self._stop.wait(0.5):
+            self.low = min(self.low, mem_available_mb())
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join()
+
+    @property
+    def used_mb(self) -> float:
+        return self.base - self.low
+
+
 def _worker(env: dict, home: Path, name: str) -> subprocess.Popen:
     log = home / "worker.log"
     proc = subprocess.Popen([PY, "-m", "fleet.cli", "worker", "--concurrency", str(CAP), "--name", f"{name}@bench"],
@@ -90,8 +126,9 @@ def one(tmp: Path, env: dict, workers: int, week: str) -> dict:
     try:
         oenv = {**env, "FLEET_HOME": str(orchestrator), "FLEET_MAX_PARALLEL": str(CAP * workers)}
         cpu0, t0 = busy_cpu_s(), time.monotonic()
-        done = subprocess.run([PY, "-m", "fleet.cli", "run", "--week", week, "--force"], env=oenv, cwd=orchestrator,
-                              capture_output=True, text=True, timeout=1800)
+        with MemoryPeak() as mem:
+            done = subprocess.run([PY, "-m", "fleet.cli", "run", "--week", week, "--force"], env=oenv,
+                                  cwd=orchestrator, capture_output=True, text=True, timeout=1800)
         total, cpu = time.monotonic() - t0, busy_cpu_s() - cpu0
         if done.returncode != 0:
             raise RuntimeError(f"fleet run on {workers} worker(s) exited {done.returncode}: "
@@ -106,7 +143,9 @@ def one(tmp: Path, env: dict, workers: int, week: str) -> dict:
             _stop(p, h)
     floor = N_SOURCES * PAGES * LATENCY_MS / 1000 / (CAP * workers)
     return {"wall_s": rnd(wall, 1), "floor_s": rnd(floor, 1), "ratio": rnd(wall / floor), "fleet_run_s": rnd(total, 1),
-            "machine_cpu_s": rnd(cpu, 1), "cores_busy": rnd(cpu / total, 2)}
+            "machine_cpu_s": rnd(cpu, 1), "cores_busy": rnd(cpu / total, 2),
+            "cpu_per_source_s": rnd(cpu / N_SOURCES, 2), "memory_peak_mb": rnd(mem.used_mb, 0),
+            "memory_per_slot_mb": rnd(mem.used_mb / (CAP * workers), 0)}
 
 
 def run(quick: bool, repeats: int) -> dict:
