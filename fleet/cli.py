@@ -62,10 +62,12 @@ def run_week(week: str, sources: tuple[str, ...] = (), deep: tuple[str, ...] = (
     if s.executor == "celery":
         from fleet.defs.celery import check_broker
 
+        check_broker(s, need_workers=False)
+        instance = get_instance(s)
         check_broker(s, need_workers=True)  # else every step would wait in the queue for a worker
     else:
         warm_forkserver()
-    instance = get_instance(s)
+        instance = get_instance(s)
     names = sorted(k.path[-1] for k in d.defs.resolve_all_asset_keys() if k.path[0] == "raw")
     unknown = [n for n in (*sources, *deep) if n not in names]
     if unknown:

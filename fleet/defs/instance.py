@@ -156,8 +156,8 @@ def get_instance(s: Settings):
             if "sqlalchemy" not in type(exc).__module__ and "psycopg" not in type(exc).__module__:
                 raise
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            raise FleetError(f"the Dagster instance's storage ({home / 'dagster.yaml'}, storage: "
-                             f"{', '.join(read_config(home).get('storage') or {}) or 'sqlite'}) cannot be reached: "
-                             f"{first}") from None
+            where = (f"FLEET_POSTGRES_URL ({home / 'dagster.yaml'} storage)" if s.postgres_url else
+                     f"the Dagster instance's storage ({home / 'dagster.yaml'})")
+            raise FleetError(f"{where} cannot be reached: {first}") from None
     check_instance(s, instance)
     return instance
