@@ -3,6 +3,7 @@ the user's (Postgres, run monitoring, anything Dagster documents). At start, :fu
 instance that lacks what fleet relies on, in one line naming the missing key."""
 from __future__ import annotations
 
+import logging
 import os
 from pathlib import Path
 
@@ -147,17 +148,28 @@ def get_instance(s: Settings):
     # Two processes creating a sqlite schema at once race; the first to hold this lock creates it.
     with open(home / ".init.lock", "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
+        # dagster-postgres logs each retry of a refused connection on the root logger, which, unconfigured,
+        # prints it: the one line below says it all
+        quiet = logging.NullHandler() if not logging.getLogger().handlers else None
+        if quiet:
+            logging.getLogger().addHandler(quiet)
         try:
             instance = DagsterInstance.get()
             # Postgres connects lazily: ask it something now, so an unreachable server is refused here, in one
             # line, and not as a stack trace from the first run
             instance.get_runs(limit=1)
         except Exception as exc:
-            if "sqlalchemy" not in type(exc).__module__ and "psycopg" not in type(exc).__module__:
+            if not type(exc).__module__.startswith(("sqlalchemy", "psycopg", "dagster_postgres")):
                 raise
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            root = exc
+            while root.__cause__ is not None:  # "too many retries": the refused connection is its cause
+                root = root.__cause__
+            first = str(root).strip().splitlines()[0] if str(root).strip() else type(root).__name__
             where = (f"FLEET_POSTGRES_URL ({home / 'dagster.yaml'} storage)" if s.postgres_url else
                      f"the Dagster instance's storage ({home / 'dagster.yaml'})")
             raise FleetError(f"{where} cannot be reached: {first}") from None
+        finally:
+            if quiet:
+                logging.getLogger().removeHandler(quiet)
     check_instance(s, instance)
     return instance
