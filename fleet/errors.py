@@ -25,3 +25,10 @@ class NavigationError(FleetError):
 
 class CommitError(FleetError):
     """The data could not be landed on the remote branch."""
+
+
+class BlockedError(NavigationError):
+    """The site said "go away": HTTP 403, a 429 whose wait does not fit the source's time, or a captcha or
+    bot-check page. Classified ``blocked``: not the scraper's fault, and not re-executed within the run."""
+
+    transient = False

@@ -17,6 +17,7 @@ Faults:
   /empty                            a valid page with an empty table
 Site modes (per site, read on each request from ``<state_dir>/modes.json``, or set via ``/_control``):
   normal | selector_rot (a column's CSS class changes for 9 rows in 10) | volume_collapse (5% of rows) | empty
+  | forbidden | captcha | rate_limited | rate_limited_long (a site that turns scrapers away: fleet/demo/walls.py)
 """
 from __future__ import annotations
 
@@ -32,8 +33,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
+from fleet.demo import walls
+
 SITES = ("books", "catalog", "stocks", "jobs", "parts", "shops")
-MODES = ("normal", "selector_rot", "volume_collapse", "empty")
+MODES = ("normal", "selector_rot", "volume_collapse", "empty", *walls.WALL_MODES)
 # The column whose CSS class changes under ``selector_rot``, per site.
 ROT_COLUMN = {"books": "price", "catalog": "price", "stocks": "close", "jobs": "salary", "parts": "price", "shops": "city"}
 EPOCH = dt.date(2026, 1, 5)
@@ -273,9 +276,11 @@ class _Handler(BaseHTTPRequestHandler):
         pass
 
     # -- plumbing
-    def _send(self, status: int, body: str, ctype: str = "text/html; charset=utf-8") -> None:
+    def _send(self, status: int, body: str, ctype: str = "text/html; charset=utf-8", headers: dict | None = None) -> None:
         data = body.encode("utf-8")
         self.send_response(status)
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
         self.send_header("Content-Type", ctype)
         self.send_header("Content-Length", str(len(data)))
         self.send_header("Cache-Control", "no-store")
@@ -308,6 +313,10 @@ class _Handler(BaseHTTPRequestHandler):
         except ValueError:
             return self._send(400, _page("Bad request", f"<p>bad week {_e(q['week'])}</p>"))
         modes = sites.modes()
+        site = path.strip("/").split("/")[0]
+        wall = walls.answer(sites, site, modes.get(site)) if site in SITES else None
+        if wall is not None:
+            return self._send(wall[0], wall[1], headers=wall[2])
         try:
             self._route(path, q, week, modes, sites)
         except (BrokenPipeError, ConnectionResetError):
@@ -451,6 +460,7 @@ class DemoSites:
             state_dir = Path(os.environ["FLEET_DEMO_STATE_DIR"])
         self.state_dir = Path(state_dir) if state_dir is not None else None
         self.flaky_hits: dict[str, int] = {}
+        self.wall_hits: dict[str, int] = {}  # per site, for the rate_limited mode
         self._memory_modes: dict[str, str] = {}
         self._lock = threading.Lock()
         self._stop = threading.Event()

@@ -8,6 +8,7 @@ import time
 import uuid
 from pathlib import Path
 
+from fleet.scraping.blocked import markers_from_env
 from fleet.scraping.discovery import Source
 from fleet.scraping.pool import tmp_root
 from fleet.scraping.settings import WorkerSettings
@@ -74,5 +75,6 @@ def new_attempt(source: Source, week: str, *, store: ArtifactStore, run_id: str,
         "node_cache": str(settings.node_cache or ""),
         "tmp_root": str(tmp_root(settings.workers_dir)),
         "step_pid": os.getpid(),
+        "block_markers": list(markers_from_env()),
     }
     return Attempt(id=attempt, work=work, spec=spec)

@@ -13,13 +13,16 @@ from typing import Any, AsyncIterator, ClassVar, Mapping
 
 import polars as pl
 
-from fleet.errors import NavigationError, ScraperDefinitionError
+from fleet.errors import BlockedError, FleetError, NavigationError, ScraperDefinitionError
+from fleet.scraping import blocked as bot
 from fleet.scraping.retry import RetryPolicy, retry_async
 
 NAME_RE = re.compile(r"^[a-z][a-z0-9_]*$")
 # A source's name is also a Dagster tag value (``fleet/source``), which holds at most 63 characters; a longer one
 # used to stop the whole code location from loading, so no source of the week ran.
 NAME_MAX = 63
+# Seconds of a source's time a Retry-After wait must leave, for the page and its rows after it.
+RETRY_AFTER_RESERVE_S = 5.0
 
 
 def valid_name(name) -> bool:
@@ -43,6 +46,8 @@ class Scraper:
       own_process  run each attempt in a new worker process instead of a warm one that other sources used
                    before (see fleet/scraping/pool.py): for a scraper that changes process-wide state
       abstract   True: a base class, not a source (read from the class's own body only)
+      block_markers  extra case-insensitive substrings of a page's HTML that mean a captcha or bot-check page
+                 (on top of FLEET_BLOCK_MARKERS): ``ctx.goto`` then fails the source as ``blocked``
     The class docstring becomes the asset's description in the UI.
     """
 
@@ -53,6 +58,7 @@ class Scraper:
     own_browser: ClassVar[bool] = False
     own_process: ClassVar[bool] = False
     abstract: ClassVar[bool] = False
+    block_markers: ClassVar[tuple[str, ...]] = ()
     # Volume check thresholds (#8), overridable per scraper.
     volume_warn_ratio: ClassVar[float] = 0.5
     volume_error_ratio: ClassVar[float] = 0.1
@@ -95,6 +101,12 @@ class Scraper:
         for flag in ("own_browser", "own_process"):
             if not isinstance(getattr(cls, flag, False), bool):
                 raise ScraperDefinitionError(f"scraper {name!r}: {flag} must be True or False, got {getattr(cls, flag)!r}")
+        if getattr(cls, "block_markers", ()):
+            try:
+                bot.parse_markers(list(cls.block_markers) if isinstance(cls.block_markers, (list, tuple)) else
+                                  cls.block_markers, f"scraper {name!r}: block_markers")
+            except FleetError as exc:
+                raise ScraperDefinitionError(str(exc)) from None
         import inspect
 
         if not inspect.isasyncgenfunction(cls.scrape) or cls.scrape is Scraper.scrape:
@@ -137,6 +149,7 @@ class ScrapeContext:
         logger: logging.Logger | None = None,
         progress_path: Path | None = None,
         step_pid: int | None = None,
+        block_markers: tuple[str, ...] = bot.DEFAULT_MARKERS,
     ):
         self.source = source
         self.week = week
@@ -147,6 +160,7 @@ class ScrapeContext:
         # fleet's crash tests kill it to stand for a worker crash; scrapers have no other use for it.
         self.step_pid = step_pid
         self.retry_policy = retry or RetryPolicy()
+        self.block_markers = tuple(block_markers)
         self.log = _SourceAdapter(logger or logging.getLogger(f"fleet.scraper.{source}"), {"run_id": run_id, "source": source})
         self.pages_visited = 0
         self.last_url: str | None = None
@@ -159,7 +173,9 @@ class ScrapeContext:
 
     # --- navigation -----------------------------------------------------
     async def goto(self, page, url: str, *, timeout_ms: float = 30_000, wait_until: str = "load"):
-        """Navigate ``page`` to ``url``. Retries transient failures; raises ``NavigationError`` on an HTTP error."""
+        """Navigate ``page`` to ``url``. Retries transient failures (a 429 or 503 after its Retry-After, when that
+        fits in the time left); raises ``NavigationError`` on an HTTP error, ``BlockedError`` on a 403, a 429
+        that does not clear, or a page carrying one of ``block_markers`` (a captcha or bot check)."""
         self.last_url = url
         if self._progress_path:
             # Read by fleet if this process has to be killed: the URL it was stuck on.
@@ -170,15 +186,33 @@ class ScrapeContext:
                 response = await page.goto(url, timeout=timeout_ms, wait_until=wait_until)
             except Exception as exc:  # playwright.Error / TimeoutError
                 raise _navigation_error_from(exc, url) from exc
+            if response is not None and response.status == 403:
+                raise BlockedError(f"source {self.source}: blocked: HTTP 403 for {url}", url=url, status=403)
             if response is not None and response.status >= 400:
                 status = response.status
-                raise NavigationError(
+                error = NavigationError(
                     f"source {self.source}: HTTP {status} for {url}", url=url, status=status,
                     transient=status in (429, 502, 503, 504),
                 )
+                if status in (429, 503):
+                    error.retry_after = bot.retry_after_s(response.headers.get("retry-after"))
+                raise error
+            marker = await bot.find_marker(page, self.block_markers)
+            if marker:
+                raise BlockedError(f"source {self.source}: blocked: a captcha or bot-check page at {url} "
+                                   f"(marker {marker!r})", url=url, status=response.status if response else None)
             return response
 
-        response = await retry_async(once, policy=self.retry_policy, log=self.log, what=f"goto {url}")
+        try:
+            response = await retry_async(once, policy=self.retry_policy, log=self.log, what=f"goto {url}",
+                                         time_left=lambda: self.time_left() - RETRY_AFTER_RESERVE_S)
+        except NavigationError as exc:
+            if exc.status != 429 or isinstance(exc, BlockedError):
+                raise
+            wait = getattr(exc, "retry_after", None)
+            why = (f"; Retry-After {wait:g}s does not fit in the {self.time_left():.0f}s left" if wait is not None
+                   and wait > self.time_left() - RETRY_AFTER_RESERVE_S else f" after {self.retry_policy.attempts} attempts")
+            raise BlockedError(f"source {self.source}: blocked: HTTP 429 for {url}{why}", url=url, status=429) from exc
         self.pages_visited += 1
         self._record(url)
         return response

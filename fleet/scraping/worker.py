@@ -30,7 +30,7 @@ from playwright.async_api import TimeoutError as PlaywrightTimeoutError
 from playwright.async_api import async_playwright
 
 from fleet.config import CHROMIUM_ARGS
-from fleet.errors import NavigationError
+from fleet.errors import BlockedError, NavigationError
 from fleet.scraping.contract import ScrapeContext
 from fleet.scraping.discovery import Source, load_module
 from fleet.scraping.evidence import capture, dump_stacks_on_request, stop_dumping_stacks
@@ -139,7 +139,8 @@ async def scrape(own: OwnBrowser, spec: dict) -> dict:
                         deep=spec["deep"], state_dir=work, deadline=deadline,
                         retry=RetryPolicy(**spec.get("retry", {})), logger=log,
                         progress_path=Path(spec.get("progress_path") or work / "last_url.txt"),
-                        step_pid=spec.get("step_pid"))
+                        step_pid=spec.get("step_pid"),
+                        block_markers=tuple(spec.get("block_markers") or ()))
     browser = own.browser
     gone = asyncio.Event()  # set when the browser or this source's renderer dies: no page will answer again
 
@@ -178,6 +179,7 @@ async def scrape(own: OwnBrowser, spec: dict) -> dict:
             try:
                 cls = getattr(load_module(source.module_path), source.class_name)
                 schema, key = dict(cls.schema), tuple(cls.key)
+                ctx.block_markers += tuple(m.lower() for m in getattr(cls, "block_markers", ()) or ())
             except (Exception, SystemExit) as exc:
                 raise ScraperImportError(f"source {source.name}: its module {source.module_path} did not import: "
                                          f"{type(exc).__name__}: {exc}") from exc
@@ -213,7 +215,9 @@ async def scrape(own: OwnBrowser, spec: dict) -> dict:
             infra = died and not closed_by_scraper
             if closed_by_scraper:
                 text += " (the scraper closed the browser itself)"
-            result = {"status": "failed", "category": "infra" if infra else "source",
+            # a site that turned fleet away is neither the scraper's bug nor a crash (fleet/policy/taxonomy.py)
+            category = "infra" if infra else "blocked" if isinstance(exc, BlockedError) else "source"
+            result = {"status": "failed", "category": category,
                       "error": text if str(exc).startswith("source ") else f"source {source.name}: {text}",
                       "error_type": type(exc).__name__, "traceback": traceback.format_exc()}
             if isinstance(exc, NavigationError):
