@@ -16,6 +16,7 @@ import polars as pl
 from fleet.errors import BlockedError, FleetError, NavigationError, ScraperDefinitionError
 from fleet.scraping import blocked as bot
 from fleet.scraping.retry import RetryPolicy, retry_async
+from fleet.storage.provenance import COLUMNS as RESERVED_COLUMNS
 
 NAME_RE = re.compile(r"^[a-z][a-z0-9_]*$")
 # A source's name is also a Dagster tag value (``fleet/source``), which holds at most 63 characters; a longer one
@@ -85,6 +86,9 @@ class Scraper:
                 raise ScraperDefinitionError(f"scraper {name!r}: schema column names must be strings, got {col!r}")
             if col == "source":
                 raise ScraperDefinitionError(f"scraper {name!r}: column 'source' is reserved for consolidation")
+            if col in RESERVED_COLUMNS:
+                raise ScraperDefinitionError(f"scraper {name!r}: column {col!r} is reserved: fleet adds it to every "
+                                             f"row (provenance)")
             try:
                 ok = isinstance(dtype, pl.DataType) or (isinstance(dtype, type) and issubclass(dtype, pl.DataType))
             except TypeError:

@@ -36,6 +36,7 @@ from fleet.scraping.discovery import Source, load_module
 from fleet.scraping.evidence import capture, dump_stacks_on_request, stop_dumping_stacks
 from fleet.scraping.procs import private_tmp
 from fleet.scraping.retry import RetryPolicy
+from fleet.storage import provenance
 from fleet.storage.frames import add_unique, encode_row, validate_row
 
 # How long a Playwright error waits for the browser's own word (its "disconnected" event, the page's "crash", the
@@ -163,6 +164,8 @@ async def scrape(own: OwnBrowser, spec: dict) -> dict:
             return failure_result(spec, exc, "infra", "the browser crashed before the source's context opened"
                                   if died else "the browser did not open a context")
         page.on("crash", on_gone)
+        fetched: list = [None]
+        page.on("framenavigated", lambda frame: frame == page.main_frame and fetched.__setitem__(0, provenance.now()))
         # The scraper's clock starts now: browser start-up is fleet's cost, with its own limit in the runner. The
         # import of its module is the source's: a module that hangs or raises at import is the source's failure.
         start = time.monotonic()
@@ -185,12 +188,15 @@ async def scrape(own: OwnBrowser, spec: dict) -> dict:
                                          f"{type(exc).__name__}: {exc}") from exc
             imported = True
             ready.write_text(f"{os.getpid()}\n{SCRAPING}\n")  # read by the runner if it has to kill this process
+            rev = provenance.revision(source.module_path)
             with open(spool_path, "a", encoding="utf-8") as spool:
                 try:
                     async for row in cls().scrape(page, ctx):
                         clean = validate_row(source.name, schema, key, row, count)
                         add_unique(source.name, schema, key, seen_keys, clean)  # raises on a conflicting duplicate
-                        spool.write(encode_row(clean) + "\n")
+                        # a row's page: the last navigation of the page's main frame (ctx.goto, a click), if any
+                        stamp = {provenance.FETCHED_AT: fetched[0] or provenance.now(), provenance.SCRAPER_REV: rev}
+                        spool.write(encode_row({**clean, **stamp}) + "\n")
                         spool.flush()
                         count += 1
                 except (SystemExit, KeyboardInterrupt) as exc:
