@@ -183,6 +183,34 @@ def reprocess_week(week: str, echo=click.echo) -> int:
     return EXIT_NOTHING
 
 
+def release_week(week: str, sources: tuple[str, ...], note: str, echo=click.echo) -> int:
+    """Commit the rows the quality gate held out of ``week``: a publish run tagged ``fleet/release`` (as the UI
+    can launch one) consolidates and commits the week again with them; no network."""
+    from dagster import execute_job, reconstructable
+
+    from fleet.defs import definitions as d
+    from fleet.defs.instance import get_instance
+    from fleet.policy import taxonomy as tx
+    from fleet.quality import gate
+    from fleet.storage import store as keys
+
+    s = settings()
+    gate.check_held(_store(), week, list(sources))  # one line naming a source that is not held, before any run
+    instance = get_instance(s)
+    with week_lock(s.home, week):
+        result = execute_job(reconstructable(d.publish_week_job), instance,
+                             run_config={"loggers": {"console": {"config": {"log_level": "INFO"}}}},
+                             tags={tx.PARTITION_TAG: week, tx.TAG_DRIVER: "cli", tx.TAG_KIND: "release",
+                                   gate.RELEASE_TAG: ",".join(sources), gate.RELEASE_NOTE_TAG: note})
+    for stage in ("raw", "processed"):
+        rec = _store().read_json(week, keys.commit_key(stage)) or {}
+        echo(f"commit {stage:<9} {rec.get('status', '-'):<10} {rec.get('sha')}")
+    if not result.success:
+        echo("fleet: the release run failed; see the log above", err=True)
+        return EXIT_NOTHING
+    return EXIT_OK
+
+
 def report(instance, week: str, names: list[str], publish_run, echo, selected: list[str],
            run_ids: list[str]) -> int:
     from dagster import DagsterEventType
@@ -207,6 +235,10 @@ def report(instance, week: str, names: list[str], publish_run, echo, selected: l
         if f"{stage}_commit" in steps_ok and rec:
             echo(f"commit {stage:<9} {rec['status']:<10} {rec['sha']}")
     print_alerts(week, echo, run_ids=run_ids)
+    held = (store.read_json(week, keys.CONSOLIDATED_META_KEY) or {}).get("held") or {}
+    for name, why in sorted(held.items()):
+        echo(f"HELD {name}: {why['rows']} rows kept out of the commit by the quality gate ({'; '.join(why['checks'])}); "
+             f"`fleet release {name} --week {week}` commits them", err=True)
     for step, msg in failures.items():
         echo(f"FAILED {step}: {msg.splitlines()[0] if msg else ''}", err=True)
     if "raw_commit" not in steps_ok:
@@ -217,7 +249,7 @@ def report(instance, week: str, names: list[str], publish_run, echo, selected: l
         echo("the raw rows were committed, but post-processing or its commit failed (see above); "
              "rerun with `fleet reprocess` or `fleet commit --stage processed`", err=True)
         return EXIT_PARTIAL
-    return EXIT_OK if all(r.status == "ok" for r in rows if r.source in selected) else EXIT_PARTIAL
+    return EXIT_OK if all(r.status == "ok" and r.source not in held for r in rows if r.source in selected) else EXIT_PARTIAL
 
 
 def _step_error(error) -> str:
@@ -377,6 +409,16 @@ def backfill(start, end, force):
 def reprocess(week):
     """Re-run post-processing on a week's stored raw rows (no network) and commit the result."""
     sys.exit(_exit_on_error(reprocess_week, resolve_week(week)))
+
+
+@main.command()
+@click.argument("sources", nargs=-1, required=True, metavar="SOURCE...")
+@_week_option
+@click.option("--note", default="", help="Why the held rows may be committed (goes into the commit message).")
+def release(sources, week, note):
+    """Commit the rows of SOURCE that the quality gate held out of a week's commit (no network)."""
+    _check_run_options(sources, ())
+    sys.exit(_exit_on_error(release_week, resolve_week(week), sources, note))
 
 
 @main.command()

@@ -11,6 +11,7 @@ from dagster import (
 
 from fleet.quality import alerts as alerting
 from fleet.quality import checks as qc
+from fleet.quality import gate
 from fleet.defs.resources import Alerts, ArtifactStore, Browser, DataRepository
 from fleet.policy import pastweek
 from fleet.policy import taxonomy as tx
@@ -50,8 +51,7 @@ SOURCE_CHECKS = {
 SEVERITY = {"ERROR": AssetCheckSeverity.ERROR, "WARN": AssetCheckSeverity.WARN}
 
 
-def checks_key(source: str) -> str:
-    return f"raw/{source}.checks.json"
+checks_key = qc.checks_key
 
 
 def run_source_checks(source: Source, week: str, store) -> list:
@@ -223,6 +223,9 @@ def publish_assets(sources: list[Source], partitions_def):
         """All sources' rows for the week in one parquet file with a `source` column: whatever succeeded this week."""
         week = context.partition_key
         store = artifacts.store()
+        released = gate.parse_release(context.run.tags.get(gate.RELEASE_TAG))
+        if released:  # `fleet release`, or the tag on a publish run launched from the UI
+            gate.release(store, week, released, by=context.run_id, note=context.run.tags.get(gate.RELEASE_NOTE_TAG, ""))
         summary = consolidate(store, week, names)
         alert_week(context, store, week, names, alerts)
         if summary["rows"] == 0:

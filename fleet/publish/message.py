@@ -43,6 +43,13 @@ def for_week(week: str, stage: str, run_id: str, summary: dict) -> tuple[str, st
                      f"({len(kept)}): {_outcomes(kept)}")
     if missing:
         lines.append(f"Sources missing ({len(missing)}): {_outcomes(missing)}")
+    held, released = summary.get("held") or {}, summary.get("released") or {}
+    if held:
+        lines.append(f"Sources held by the quality gate ({len(held)}; rows stored, `fleet release` commits them): "
+                     + "; ".join(f"{k} ({v['rows']} rows: {', '.join(v['checks'])})" for k, v in sorted(held.items())))
+    for name, rec in sorted(released.items()):
+        lines.append(f"Released from the quality gate: {name} ({', '.join(rec['checks'])})"
+                     + (f"; note: {rec['note']}" if rec.get("note") else ""))
     by_day: dict[str, list[str]] = {}
     for name, day in sorted((summary.get("forced") or {}).items()):
         by_day.setdefault(day, []).append(name)

@@ -57,6 +57,11 @@ def profile_key(source: str) -> str:
     return f"raw/{source}.profile.json"
 
 
+def checks_key(source: str) -> str:
+    """Where the raw step stores the source's check results for the week (read by alerts and the quality gate)."""
+    return f"raw/{source}.checks.json"
+
+
 # --------------------------------------------------------------------------------------------------- profiles
 
 
