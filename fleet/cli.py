@@ -491,6 +491,28 @@ def commit(week, stage):
 
 
 @main.command()
+@click.option("--deadline", default=None, metavar="'DAY HH:MM'",
+              help="When a week's raw commit is due, in UTC, in the week after it (default: FLEET_FRESHNESS_DEADLINE, "
+                   "else 'mon 12:00').")
+@click.option("--as-of", "as_of", default=None, metavar="TIME", help="Check as of this ISO 8601 time (default: now).")
+def freshness(deadline, as_of):
+    """Dead-man's switch: exit 0 if the last due week's raw commit is in the data repository, else 1 (and alert once)."""
+    from fleet.policy import freshness as fresh
+    from fleet.publish.datarepo import DataRepo
+
+    s = settings()
+    due = fresh.parse_deadline(deadline, "--deadline") if deadline is not None else fresh.parse_deadline(
+        os.environ.get(fresh.SETTING))
+    try:
+        now = dt.datetime.fromisoformat(as_of) if as_of else dt.datetime.now(dt.timezone.utc)
+    except ValueError:
+        raise click.BadParameter(f"not an ISO 8601 time: {as_of!r}", param_hint="--as-of") from None
+    now = now if now.tzinfo else now.replace(tzinfo=dt.timezone.utc)
+    sys.exit(fresh.check(DataRepo.from_settings(s), s.home, now, due, start_week=s.start_week,
+                         webhook=os.environ.get("FLEET_ALERT_WEBHOOK", "").strip() or None, echo=click.echo))
+
+
+@main.command()
 @click.option("--port", default=3000, show_default=True, type=click.IntRange(1, 65535))
 @click.option("--demo/--no-demo", default=None, help="Serve the demo sites too (default: when using the bundled scrapers).")
 def ui(port, demo):

@@ -141,9 +141,11 @@ def settings() -> Settings:
         prefix += "/"
     workers = env_choice("FLEET_WORKERS", "warm", ("warm", "fresh"))
     max_parallel = _int("FLEET_MAX_PARALLEL", 10, minimum=1)
+    from fleet.policy.freshness import SETTING as DEADLINE, parse_deadline
     from fleet.scraping.blocked import markers_from_env
 
-    for check in (worker_idle_s, worker_max_sources, browser_startup_s, markers_from_env):
+    for check in (worker_idle_s, worker_max_sources, browser_startup_s, markers_from_env,
+                  lambda: parse_deadline(os.environ.get(DEADLINE))):
         check()
     webhook = os.environ.get("FLEET_ALERT_WEBHOOK", "").strip()
     if webhook and not webhook.lower().startswith(("http://", "https://")):  # else every alert's POST would fail
