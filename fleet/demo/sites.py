@@ -29,6 +29,7 @@ import math
 import os
 import random
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
@@ -302,6 +303,13 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_GET(self):
         sites: DemoSites = self.server.sites
+        started = time.monotonic()
+        try:
+            self._get(sites)
+        finally:
+            sites.requests.append((urlsplit(self.path).path, started, time.monotonic()))
+
+    def _get(self, sites: "DemoSites"):
         if sites.latency_s > 0 and sites._stop.wait(sites.latency_s):
             self.close_connection = True
             return
@@ -461,6 +469,7 @@ class DemoSites:
         self.state_dir = Path(state_dir) if state_dir is not None else None
         self.flaky_hits: dict[str, int] = {}
         self.wall_hits: dict[str, int] = {}  # per site, for the rate_limited mode
+        self.requests: list[tuple[str, float, float]] = []  # (path, start, end), monotonic: what a client asked when
         self._memory_modes: dict[str, str] = {}
         self._lock = threading.Lock()
         self._stop = threading.Event()

@@ -8,6 +8,7 @@ import time
 import uuid
 from pathlib import Path
 
+from fleet import config
 from fleet.scraping.blocked import markers_from_env
 from fleet.scraping.discovery import Source
 from fleet.scraping.pool import tmp_root
@@ -76,5 +77,6 @@ def new_attempt(source: Source, week: str, *, store: ArtifactStore, run_id: str,
         "tmp_root": str(tmp_root(settings.workers_dir)),
         "step_pid": os.getpid(),
         "block_markers": list(markers_from_env()),
+        "politeness": {"root": str(settings.workers_dir.parent / "politeness"), **config.politeness()},
     }
     return Attempt(id=attempt, work=work, spec=spec)

@@ -1,6 +1,7 @@
 """The public scraper contract: a ``Scraper`` subclass per source, and the ``ScrapeContext`` it is handed."""
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
 import logging
@@ -15,6 +16,7 @@ import polars as pl
 
 from fleet.errors import BlockedError, FleetError, NavigationError, ScraperDefinitionError
 from fleet.scraping import blocked as bot
+from fleet.scraping.politeness import Politeness
 from fleet.scraping.retry import RetryPolicy, retry_async
 from fleet.storage.provenance import COLUMNS as RESERVED_COLUMNS
 
@@ -49,6 +51,9 @@ class Scraper:
       abstract   True: a base class, not a source (read from the class's own body only)
       block_markers  extra case-insensitive substrings of a page's HTML that mean a captcha or bot-check page
                  (on top of FLEET_BLOCK_MARKERS): ``ctx.goto`` then fails the source as ``blocked``
+      polite_concurrency, polite_interval_s  this scraper's limits for the domains it visits (at most N
+                 navigations at once, at least T seconds between them), stricter than FLEET_DOMAIN_*; they bind
+                 every source of this host that visits those domains after it
     The class docstring becomes the asset's description in the UI.
     """
 
@@ -60,6 +65,8 @@ class Scraper:
     own_process: ClassVar[bool] = False
     abstract: ClassVar[bool] = False
     block_markers: ClassVar[tuple[str, ...]] = ()
+    polite_concurrency: ClassVar[int | None] = None
+    polite_interval_s: ClassVar[float | None] = None
     # Volume check thresholds (#8), overridable per scraper.
     volume_warn_ratio: ClassVar[float] = 0.5
     volume_error_ratio: ClassVar[float] = 0.1
@@ -111,6 +118,11 @@ class Scraper:
                                   cls.block_markers, f"scraper {name!r}: block_markers")
             except FleetError as exc:
                 raise ScraperDefinitionError(str(exc)) from None
+        n, t = getattr(cls, "polite_concurrency", None), getattr(cls, "polite_interval_s", None)
+        if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 1):
+            raise ScraperDefinitionError(f"scraper {name!r}: polite_concurrency must be a whole number >= 1, got {n!r}")
+        if t is not None and (isinstance(t, bool) or not isinstance(t, (int, float)) or not 0 <= t < math.inf):
+            raise ScraperDefinitionError(f"scraper {name!r}: polite_interval_s must be a number of seconds >= 0, got {t!r}")
         import inspect
 
         if not inspect.isasyncgenfunction(cls.scrape) or cls.scrape is Scraper.scrape:
@@ -154,6 +166,7 @@ class ScrapeContext:
         progress_path: Path | None = None,
         step_pid: int | None = None,
         block_markers: tuple[str, ...] = bot.DEFAULT_MARKERS,
+        politeness: Politeness | None = None,
     ):
         self.source = source
         self.week = week
@@ -165,6 +178,7 @@ class ScrapeContext:
         self.step_pid = step_pid
         self.retry_policy = retry or RetryPolicy()
         self.block_markers = tuple(block_markers)
+        self.politeness = politeness  # per domain, across the sources of this host; None: no limits
         self.log = _SourceAdapter(logger or logging.getLogger(f"fleet.scraper.{source}"), {"run_id": run_id, "source": source})
         self.pages_visited = 0
         self.last_url: str | None = None
@@ -187,7 +201,8 @@ class ScrapeContext:
 
         async def once():
             try:
-                response = await page.goto(url, timeout=timeout_ms, wait_until=wait_until)
+                async with self.politeness.request(url) if self.politeness else contextlib.nullcontext():
+                    response = await page.goto(url, timeout=timeout_ms, wait_until=wait_until)
             except Exception as exc:  # playwright.Error / TimeoutError
                 raise _navigation_error_from(exc, url) from exc
             if response is not None and response.status == 403:

@@ -33,6 +33,7 @@ from fleet.config import CHROMIUM_ARGS
 from fleet.errors import BlockedError, NavigationError
 from fleet.scraping.contract import ScrapeContext
 from fleet.scraping.discovery import Source, load_module
+from fleet.scraping.politeness import Politeness
 from fleet.scraping.evidence import capture, dump_stacks_on_request, stop_dumping_stacks
 from fleet.scraping.procs import private_tmp
 from fleet.scraping.retry import RetryPolicy
@@ -141,7 +142,8 @@ async def scrape(own: OwnBrowser, spec: dict) -> dict:
                         retry=RetryPolicy(**spec.get("retry", {})), logger=log,
                         progress_path=Path(spec.get("progress_path") or work / "last_url.txt"),
                         step_pid=spec.get("step_pid"),
-                        block_markers=tuple(spec.get("block_markers") or ()))
+                        block_markers=tuple(spec.get("block_markers") or ()),
+                        politeness=Politeness(**spec["politeness"], source=source.name) if spec.get("politeness") else None)
     browser = own.browser
     gone = asyncio.Event()  # set when the browser or this source's renderer dies: no page will answer again
 
@@ -183,6 +185,7 @@ async def scrape(own: OwnBrowser, spec: dict) -> dict:
                 cls = getattr(load_module(source.module_path), source.class_name)
                 schema, key = dict(cls.schema), tuple(cls.key)
                 ctx.block_markers += tuple(m.lower() for m in getattr(cls, "block_markers", ()) or ())
+                ctx.politeness.declare(getattr(cls, "polite_concurrency", None), getattr(cls, "polite_interval_s", None))
             except (Exception, SystemExit) as exc:
                 raise ScraperImportError(f"source {source.name}: its module {source.module_path} did not import: "
                                          f"{type(exc).__name__}: {exc}") from exc
