@@ -15,6 +15,7 @@ Faults:
   /flaky?key=K                      HTTP 503 for the first 2 requests per key, then 200
   /missing                          HTTP 404 (as is any unknown path)
   /empty                            a valid page with an empty table
+  /crawl?page=N                     200 pages of 3 items, each linking the next (fleet/demo/crawl.py)
 Site modes (per site, read on each request from ``<state_dir>/modes.json``, or set via ``/_control``):
   normal | selector_rot (a column's CSS class changes for 9 rows in 10) | volume_collapse (5% of rows) | empty
   | forbidden | captcha | rate_limited | rate_limited_long (a site that turns scrapers away: fleet/demo/walls.py)
@@ -34,7 +35,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
-from fleet.demo import walls
+from fleet.demo import crawl, walls
 
 SITES = ("books", "catalog", "stocks", "jobs", "parts", "shops")
 MODES = ("normal", "selector_rot", "volume_collapse", "empty", *walls.WALL_MODES)
@@ -431,6 +432,8 @@ class _Handler(BaseHTTPRequestHandler):
                 return self._send(503, _page("Service unavailable", f"<p>try again ({n})</p>"))
             table = _table("flaky", "normal", flaky_rows(week), ["code", "value"], "item", "items")
             return self._send(200, _page(f"Flaky feed, week {wk}", table))
+        if path == "/crawl":
+            return self._send(*crawl.page(q, week))
         if path == "/empty":
             return self._send(200, _page(f"Feed, week {wk}", "<table id='items'><tbody></tbody></table><p>No items this week.</p>"))
         if path == "/_control":

@@ -188,12 +188,14 @@ class ScrapeContext:
         self._seen_path = state_dir / "seen.txt" if state_dir else None
         self.checkpoint: dict = _load_json(self._checkpoint_path)
         self._seen: set[str] = set(_load_lines(self._seen_path))
+        self._pending: list[str] = []  # fetched, and persisted as seen once their rows are stored
 
     # --- navigation -----------------------------------------------------
     async def goto(self, page, url: str, *, timeout_ms: float = 30_000, wait_until: str = "load"):
         """Navigate ``page`` to ``url``. Retries transient failures (a 429 or 503 after its Retry-After, when that
         fits in the time left); raises ``NavigationError`` on an HTTP error, ``BlockedError`` on a 403, a 429
         that does not clear, or a page carrying one of ``block_markers`` (a captcha or bot check)."""
+        self.rows_stored()
         self.last_url = url
         if self._progress_path:
             # Read by fleet if this process has to be killed: the URL it was stuck on.
@@ -242,16 +244,23 @@ class ScrapeContext:
 
     # --- resumability ---------------------------------------------------
     def seen(self, url: str) -> bool:
-        """True if ``url`` was already fetched for this source and week (in this or an earlier attempt)."""
+        """True if ``url`` was fetched for this source and week: in this attempt, or in an earlier one that moved on
+        from it (its next ``ctx.goto``, or the end of its scrape), so every row it yielded from that page is stored.
+        A page an attempt died on (mid-navigation, before or while yielding its rows) is not seen by the next."""
         return url in self._seen
 
     def _record(self, url: str) -> None:
-        if url in self._seen:
-            return
         self._seen.add(url)
-        if self._seen_path:
+        self._pending.append(url)
+
+    def rows_stored(self) -> None:
+        """Called by fleet when every row yielded so far is in the spool: the pages fetched so far count as seen
+        for a re-execution. (``goto`` calls it too: the scraper asks for its next page only after fleet has
+        stored the rows it yielded from the last.)"""
+        if self._pending and self._seen_path:
             with open(self._seen_path, "a", encoding="utf-8") as fh:
-                fh.write(url + "\n")
+                fh.write("".join(u + "\n" for u in self._pending))
+        self._pending.clear()
 
     def save_checkpoint(self) -> None:
         """Persist ``ctx.checkpoint`` atomically; a re-execution of this week starts from it."""

@@ -202,6 +202,7 @@ async def scrape(own: OwnBrowser, spec: dict) -> dict:
                         spool.write(encode_row({**clean, **stamp}) + "\n")
                         spool.flush()
                         count += 1
+                    ctx.rows_stored()  # the scrape ended: the last page's rows are all in the spool
                 except (SystemExit, KeyboardInterrupt) as exc:
                     # The scraper's own: a worker runs in a session of its own, so no Ctrl-C reaches it. Left to
                     # asyncio, it would end the worker itself, and the source fail as infra, retried, without evidence.
