@@ -468,7 +468,12 @@ def status(week):
     for name, c in failed_checks:
         click.echo(f"  {c['severity']:<5} {name:<20} {c['name']:<10} {c['message'].splitlines()[0][:140]}")
     for stage in ("raw", "processed"):
-        click.echo(f"commit {stage:<9} {describe(store.read_json(w, keys.commit_key(stage)))}")
+        rec = store.read_json(w, keys.commit_key(stage))
+        lfs = f"  (added {_mb(rec['lfs_bytes'])} of LFS storage)" if (rec or {}).get("lfs_bytes") else ""
+        click.echo(f"commit {stage:<9} {describe(rec)}{lfs}")
+    held = {folder: store.size(w, folder) for folder in ("raw", "evidence", "work")}
+    click.echo(f"store: week {w} holds " + ", ".join(f"{k} {_mb(v)}" for k, v in held.items())
+               + f"; all weeks {_mb(sum(store.size(x, '.') for x in store.weeks()))}")
 
 
 @main.command()
@@ -488,6 +493,27 @@ def commit(week, stage):
     for st in stages:
         res = _exit_on_error(commit_stage, d.defs.resources["data_repo"].data_repo(), store, w, st, run_id="cli-commit")
         click.echo(f"commit {st:<9} {res.status:<10} {res.sha}")
+
+
+def _mb(n: int) -> str:
+    return f"{n / 1e6:.1f} MB"
+
+
+@main.command()
+@click.option("--keep-weeks", "keep_weeks", required=True, type=int, help="Weeks to keep, up to the last complete one.")
+@click.option("--dry-run", is_flag=True, help="Only list what would be removed.")
+def gc(keep_weeks, dry_run):
+    """Remove evidence, work folders and spooled rows older than N weeks (never uncommitted rows, never the data repository)."""
+    from fleet.policy import retention
+
+    store = _store()
+    removals = retention.plan(store, keep_weeks, last_complete_week(dt.date.today()))
+    verb = "would remove" if dry_run else "removed"
+    for r in removals:
+        click.echo(f"{r.week}  {'kept' if r.kept_because else verb:<12} {r.key:<40} {_mb(r.bytes):>10}"
+                   + (f"  ({r.kept_because})" if r.kept_because else ""))
+    freed = sum(r.bytes for r in removals if not r.kept_because) if dry_run else retention.collect(store, removals)
+    click.echo(f"{verb} {sum(1 for r in removals if not r.kept_because)} item(s), {_mb(freed)}")
 
 
 @main.command()

@@ -59,6 +59,10 @@ def test_each_commit_says_what_changed_since_the_previous_committed_week(fleet_e
     frame = committed_frame(fleet_env.remote, f"data/{W2}/raw.parquet")
     assert frame["fetched_at"].null_count() == 0 and frame["scraper_rev"].n_unique() == 2
 
+    # fleet status says what the store holds and what the week's commits added to LFS storage
+    status = run_fleet(env, "status", "--week", W2).stdout
+    assert "(added 0.0 MB of LFS storage)" in status and f"store: week {W2} holds raw " in status, status
+
     # the week again: nothing new to commit, CHANGES.md included
     n = len(log(fleet_env.remote))
     assert run_fleet(env, "demo", "--week", W2, "--force").returncode == 0

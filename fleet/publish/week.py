@@ -39,8 +39,12 @@ def commit_stage(repo: DataRepo, store: ArtifactStore, week: str, stage: str, *,
         store.write_json(week, keys.commit_key(stage), {"status": "failed", "sha": None, "error": str(exc),
                                                        "run_id": run_id, "last_landed": landed})
         raise
+    # what this commit added to the repository's LFS storage: its parquet file, when it is new content
+    lfs_bytes = (artifact.stat().st_size if result.status == "committed"
+                 else before.get("lfs_bytes", 0) if before.get("sha") == result.sha else 0)
     store.write_json(week, keys.commit_key(stage), {"status": result.status, "sha": result.sha,
-                                                   "attempts": result.attempts, "run_id": run_id})
+                                                   "attempts": result.attempts, "run_id": run_id,
+                                                   "lfs_bytes": lfs_bytes})
     return result
 
 

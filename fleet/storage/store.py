@@ -44,6 +44,27 @@ class ArtifactStore(abc.ABC):
     @abc.abstractmethod
     def weeks(self) -> list[str]: ...
 
+    def remove(self, week: str, key: str) -> int:
+        """Delete the artifact or folder at ``key`` (retention, ``fleet gc``); returns the bytes it held. An
+        object store overrides this to delete its objects as well as the local copy."""
+        p = self.path(week, key)
+        if p.is_dir():
+            size = sum(f.stat().st_size for f in p.rglob("*") if f.is_file())
+            shutil.rmtree(p, ignore_errors=True)
+            return size
+        if p.exists():
+            size = p.stat().st_size
+            p.unlink(missing_ok=True)
+            return size
+        return 0
+
+    def size(self, week: str, key: str) -> int:
+        """Bytes held at ``key`` (a file, or everything under a folder); 0 when there is nothing."""
+        p = self.path(week, key)
+        if p.is_dir():
+            return sum(f.stat().st_size for f in p.rglob("*") if f.is_file())
+        return p.stat().st_size if p.exists() else 0
+
     def workdir(self, week: str, key: str) -> Path:
         """A scratch directory that persists across attempts for this week (spools, checkpoints)."""
         p = self.path(week, key)
