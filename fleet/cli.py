@@ -56,6 +56,16 @@ def week_lock(home: Path, week: str):
         fh.close()
 
 
+def say_sandbox(home: Path, echo=click.echo) -> None:
+    """One line at start when the browser sandbox is off (fleet/scraping/sandbox.py), and why."""
+    from fleet.scraping import sandbox
+
+    home.mkdir(parents=True, exist_ok=True)  # the steps judge the sandbox with FLEET_HOME there: so does this
+    line = sandbox.describe(sandbox.current(home, scraper_dirs()))
+    if line:
+        echo(line, err=True)
+
+
 def run_week(week: str, sources: tuple[str, ...] = (), deep: tuple[str, ...] = (), refresh: bool = False,
              force: bool = False, echo=click.echo) -> int:
     """Drive one week through the same jobs the schedule and UI use, and the same follow-up policy as the sensors
@@ -71,6 +81,7 @@ def run_week(week: str, sources: tuple[str, ...] = (), deep: tuple[str, ...] = (
     from fleet.publish import check_remote
 
     s = settings()
+    say_sandbox(s.home, echo)
     # Refused before the week is scraped: a bad FLEET_DATA_BRANCH or FLEET_DATA_PREFIX, a FLEET_DATA_REMOTE that is a
     # file or a folder of something else, no Chromium (each worker would fail as infra, the source named but not
     # the cause).
@@ -551,6 +562,7 @@ def ui(port, demo):
 
     s = settings()
     ensure_home(s)
+    say_sandbox(s.home)
     with DagsterInstance.get() as instance:  # what the webserver and daemon will load: refused now, not later
         check_instance(s, instance)
     # `dagster dev` runs in the checkout; its code server and runs must use this home, as this process does

@@ -34,6 +34,7 @@ from fleet.errors import BlockedError, NavigationError
 from fleet.scraping.contract import ScrapeContext
 from fleet.scraping.discovery import Source, load_module
 from fleet.scraping.politeness import Politeness
+from fleet.scraping.sandbox import FLAG as SANDBOX_FLAG
 from fleet.scraping.evidence import capture, dump_stacks_on_request, stop_dumping_stacks
 from fleet.scraping.procs import private_tmp
 from fleet.scraping.retry import RetryPolicy
@@ -101,7 +102,9 @@ async def open_browser(chromium: str, node_cache: str | None = None):
                                                  exit_path=shlex.quote(str(folder / "exit-status"))))
         recorder.chmod(0o700)
         async with async_playwright() as pw:
-            browser = await pw.chromium.launch(executable_path=str(recorder), headless=True, args=list(CHROMIUM_ARGS))
+            # Chromium's own sandbox when fleet/scraping/sandbox.py found it possible (never as root)
+            browser = await pw.chromium.launch(executable_path=str(recorder), headless=True, args=list(CHROMIUM_ARGS),
+                                               chromium_sandbox=os.environ.get(SANDBOX_FLAG) == "1")
             try:
                 yield OwnBrowser(browser, folder / "exit-status")
             finally:
