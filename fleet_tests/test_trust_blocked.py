@@ -6,8 +6,9 @@ import time
 
 import pytest
 
-from fleet.demo.sites import DemoSites, set_mode
+from fleet.demo.sites import set_mode
 from fleet.errors import FleetError
+from fleet_tests.trust import demo_env, sites  # noqa: F401 (a fixture)
 from fleet_tests.conftest import WEEK, committed_frame, run_fleet
 from fleet_tests.gitremote import log
 from fleet_tests.test_runner import run, scraper
@@ -18,13 +19,6 @@ PAGE = """
             yield {"id": i}
 """
 IMPORT = "from fleet.demo import site_url\n"
-
-
-@pytest.fixture
-def sites(scrape_home, monkeypatch):
-    with DemoSites(latency_ms=0) as s:
-        monkeypatch.setenv("FLEET_DEMO_URL", s.url)
-        yield s
 
 
 @pytest.mark.parametrize("mode, words", [("forbidden", "HTTP 403"), ("captcha", "a captcha or bot-check page"),
@@ -65,14 +59,8 @@ def test_a_scrapers_own_markers_and_a_bad_marker_setting(sites, scrape_home, tmp
 
 
 def test_a_blocked_source_is_alerted_never_reexecuted_and_the_week_goes_on(fleet_env):
-    scrapers = fleet_env.tmp / "scrapers"
-    scrapers.mkdir()
-    from fleet_tests.conftest import ROOT
-    for name in ("books", "jobs"):
-        (scrapers / f"{name}.py").write_text((ROOT / "scrapers" / f"{name}.py").read_text())
-    state = fleet_env.tmp / "sites"
+    env, state = demo_env(fleet_env, "books", "jobs")
     set_mode(state, "jobs", "forbidden")
-    env = {**fleet_env.env, "FLEET_SCRAPERS_DIR": str(scrapers), "FLEET_DEMO_STATE_DIR": str(state)}
     before = log(fleet_env.remote)
     res = run_fleet(env, "demo", "--week", WEEK, "--force")
     assert res.returncode == 1, res.stdout[-3000:] + res.stderr[-3000:]

@@ -7,7 +7,8 @@ import polars as pl
 from fleet.demo import sites as demo
 from fleet.demo.sites import set_mode
 from fleet.publish.changes import compare
-from fleet_tests.conftest import ROOT, committed_frame, run_fleet
+from fleet_tests.conftest import committed_frame, run_fleet
+from fleet_tests.trust import demo_env
 from fleet_tests.gitremote import log, pointer_oid, read_blob
 
 W1, W2 = "2026-11-09", "2026-11-16"
@@ -24,12 +25,7 @@ def test_compare_counts_by_natural_key_with_null_keys_and_new_columns():
 
 
 def test_each_commit_says_what_changed_since_the_previous_committed_week(fleet_env):
-    scrapers = fleet_env.tmp / "scrapers"
-    scrapers.mkdir()
-    for name in ("books", "jobs"):
-        (scrapers / f"{name}.py").write_text((ROOT / "scrapers" / f"{name}.py").read_text())
-    state = fleet_env.tmp / "sites"
-    env = {**fleet_env.env, "FLEET_SCRAPERS_DIR": str(scrapers), "FLEET_DEMO_STATE_DIR": str(state)}
+    env, state = demo_env(fleet_env, "books", "jobs")
     res = run_fleet(env, "demo", "--week", W1, "--force")
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     first = log(fleet_env.remote)[1]["message"]

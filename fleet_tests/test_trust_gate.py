@@ -4,7 +4,8 @@ stored, and `fleet release` commits them with a note."""
 import polars as pl
 
 from fleet.demo.sites import set_mode
-from fleet_tests.conftest import ROOT, committed_frame, run_fleet
+from fleet_tests.conftest import committed_frame, run_fleet
+from fleet_tests.trust import demo_env
 from fleet_tests.gitremote import log
 
 WEEKS = ("2026-11-02", "2026-11-09")
@@ -12,12 +13,7 @@ W = "2026-11-16"
 
 
 def test_a_source_failing_a_blocking_check_is_held_and_released(fleet_env):
-    scrapers = fleet_env.tmp / "scrapers"
-    scrapers.mkdir()
-    for name in ("books", "jobs", "stocks"):
-        (scrapers / f"{name}.py").write_text((ROOT / "scrapers" / f"{name}.py").read_text())
-    state = fleet_env.tmp / "sites"
-    env = {**fleet_env.env, "FLEET_SCRAPERS_DIR": str(scrapers), "FLEET_DEMO_STATE_DIR": str(state)}
+    env, state = demo_env(fleet_env, "books", "jobs", "stocks")
     for week in WEEKS:  # the trailing history the checks compare against
         res = run_fleet(env, "demo", "--week", week, "--force")
         assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]

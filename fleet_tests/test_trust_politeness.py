@@ -17,28 +17,24 @@ GOTOS = """
 IMPORT = "from fleet.demo import site_url\n"
 
 
-def _both(home, sources):
-    outs = {}
-    threads = [threading.Thread(target=lambda s=s: outs.__setitem__(s.name, run(home, s)[0])) for s in sources]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(120)
-    return outs
-
-
-def _books(sites):
-    return sorted((start, end) for path, start, end in sites.requests if path == "/books")
+def _two_at_once(home, tmp_path, monkeypatch, names, latency_ms=0):
+    """Two sources of GOTOS scraping the demo sites at once; the server's (start, end) of each /books request."""
+    with DemoSites(latency_ms=latency_ms) as sites:
+        monkeypatch.setenv("FLEET_DEMO_URL", sites.url)
+        outs = {}
+        threads = [threading.Thread(target=lambda n=n: outs.__setitem__(n, run(home, scraper(tmp_path, n, GOTOS, module=IMPORT))[0]))
+                   for n in names]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(120)
+        assert all(o.status == "ok" and o.rows == 4 for o in outs.values()) and len(outs) == 2, outs
+        return sorted((start, end) for path, start, end in sites.requests if path == "/books")
 
 
 def test_requests_to_one_domain_are_spaced_and_bounded_across_sources(scrape_home, tmp_path, monkeypatch):
     monkeypatch.setenv("FLEET_DOMAIN_INTERVAL_S", "0.4")
-    with DemoSites(latency_ms=0) as sites:
-        monkeypatch.setenv("FLEET_DEMO_URL", sites.url)
-        sources = [scraper(tmp_path, name, GOTOS, module=IMPORT) for name in ("polite_a", "polite_b")]
-        outs = _both(scrape_home, sources)
-        assert all(o.status == "ok" and o.rows == 4 for o in outs.values()), outs
-        starts = [s for s, _ in _books(sites)]
+    starts = [s for s, _ in _two_at_once(scrape_home, tmp_path, monkeypatch, ("polite_a", "polite_b"))]
     assert len(starts) == 8
     gaps = [b - a for a, b in zip(starts, starts[1:])]
     assert min(gaps) >= 0.35, gaps  # server-side clock; the client spaces its starts by 0.4 s
@@ -46,12 +42,7 @@ def test_requests_to_one_domain_are_spaced_and_bounded_across_sources(scrape_hom
 
 def test_at_most_n_pages_in_flight_per_domain(scrape_home, tmp_path, monkeypatch):
     monkeypatch.setenv("FLEET_DOMAIN_CONCURRENCY", "1")
-    with DemoSites(latency_ms=250) as sites:
-        monkeypatch.setenv("FLEET_DEMO_URL", sites.url)
-        sources = [scraper(tmp_path, name, GOTOS, module=IMPORT) for name in ("single_a", "single_b")]
-        outs = _both(scrape_home, sources)
-        assert all(o.status == "ok" for o in outs.values()), outs
-        spans = _books(sites)
+    spans = _two_at_once(scrape_home, tmp_path, monkeypatch, ("single_a", "single_b"), latency_ms=250)
     assert len(spans) == 8
     assert all(a_end <= b_start + 0.01 for (_, a_end), (b_start, _) in zip(spans, spans[1:])), spans  # never overlapping
 

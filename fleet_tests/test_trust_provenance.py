@@ -4,12 +4,10 @@ import datetime as dt
 import subprocess
 
 import polars as pl
-import pytest
 
-from fleet.demo.sites import DemoSites
-from fleet.errors import ScraperDefinitionError
 from fleet.scraping.discovery import discover
 from fleet.storage import store as keys
+from fleet_tests.trust import sites  # noqa: F401 (a fixture)
 from fleet_tests.conftest import WEEK
 from fleet_tests.test_runner import run, scraper
 
@@ -20,13 +18,6 @@ TWO_PAGES = """
                 yield {"id": int(sku.split("-")[1]), "page": n}
             await asyncio.sleep(0.3)
 """
-
-
-@pytest.fixture
-def sites(scrape_home, monkeypatch):
-    with DemoSites(latency_ms=0) as s:
-        monkeypatch.setenv("FLEET_DEMO_URL", s.url)
-        yield s
 
 
 def test_every_raw_row_carries_its_fetch_time_and_scraper_revision(sites, scrape_home, tmp_path):

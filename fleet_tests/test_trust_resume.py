@@ -5,16 +5,15 @@ doubled."""
 import datetime as dt
 
 import polars as pl
-import pytest
 
 from fleet.demo import crawl
-from fleet.demo.sites import DemoSites
+from fleet.scraping.discovery import discover
 from fleet.scraping.runner import WorkerSettings, run_source
 from fleet.storage import provenance
 from fleet.storage import store as keys
 from fleet.storage.store import LocalArtifactStore
+from fleet_tests.trust import sites  # noqa: F401 (a fixture)
 from fleet_tests.conftest import WEEK
-from fleet.scraping.discovery import discover
 from fleet_tests.test_runner import HEADER
 
 MODULE = """from fleet.demo import site_url
@@ -70,13 +69,6 @@ def _scrape(home, source, reexecution=False):
                      reexecution=reexecution)
     frame = pl.read_parquet(store.path(WEEK, keys.raw_key(source.name))) if out.succeeded else None
     return out, frame
-
-
-@pytest.fixture
-def sites(scrape_home, monkeypatch):
-    with DemoSites(latency_ms=0) as s:
-        monkeypatch.setenv("FLEET_DEMO_URL", s.url)
-        yield s
 
 
 def test_a_killed_crawl_resumes_with_every_row_once(sites, scrape_home, tmp_path, monkeypatch):

@@ -5,7 +5,6 @@ says so once, in one line, and runs as today."""
 import os
 import shutil
 import tempfile
-import textwrap
 from pathlib import Path
 
 import pytest

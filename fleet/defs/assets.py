@@ -44,9 +44,12 @@ class RawConfig(Config):
 
 SOURCE_CHECKS = {
     "non_empty": "The source returned at least one row this week (ERROR: empty feed).",
-    "volume": "Rows against the median of the last 4 successful weeks (WARN below 50%, ERROR below 10%).",
-    "coverage": "Per-column fill rate and value shape against the trailing weeks (WARN: selector rot suspected).",
-    "schema": "The stored columns and types equal the scraper's declared schema.",
+    "volume": "Rows against the median of the last 4 successful weeks (WARN below 50%, ERROR below 10%: the quality "
+              "gate holds the source out of the week's commit).",
+    "coverage": "Per-column fill rate and value shape against the trailing weeks (WARN: selector rot suspected; the "
+                "quality gate holds the source out of the week's commit).",
+    "schema": "The stored columns and types equal the scraper's declared schema (else the quality gate holds the "
+              "source out of the week's commit).",
 }
 SEVERITY = {"ERROR": AssetCheckSeverity.ERROR, "WARN": AssetCheckSeverity.WARN}
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import re
-import tempfile
 from pathlib import Path
 
 import git

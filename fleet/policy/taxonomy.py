@@ -32,7 +32,7 @@ RAW_PREFIX = "raw__"
 PUBLISH_STEP = "consolidated_raw_rows"
 INFRA_ERRORS = ("ChildProcessCrashException", "DagsterExecutionInterruptedError", "ChildProcessCrashedError",
                 "DagsterUnknownStepStateError")
-TAG_KIND = "fleet/kind"          # scrape | rerun | publish
+TAG_KIND = "fleet/kind"          # scrape | rerun | publish | reprocess | release
 TAG_ATTEMPT = "fleet/attempt"
 TAG_RECOVERS = "fleet/recovers"
 TAG_FAILURE = "fleet/failure"    # infra | source | refused | blocked | mixed
