@@ -562,7 +562,6 @@ def ui(port, demo):
 
     s = settings()
     ensure_home(s)
-    say_sandbox(s.home)
     with DagsterInstance.get() as instance:  # what the webserver and daemon will load: refused now, not later
         check_instance(s, instance)
     # `dagster dev` runs in the checkout; its code server and runs must use this home, as this process does

@@ -37,7 +37,9 @@ def test_requests_to_one_domain_are_spaced_and_bounded_across_sources(scrape_hom
     starts = [s for s, _ in _two_at_once(scrape_home, tmp_path, monkeypatch, ("polite_a", "polite_b"))]
     assert len(starts) == 8
     gaps = [b - a for a, b in zip(starts, starts[1:])]
-    assert min(gaps) >= 0.35, gaps  # server-side clock; the client spaces its starts by 0.4 s
+    # The client spaces the starts of its navigations by 0.4 s; the server sees them after the browser's own
+    # delay, which varies under load by some tens of ms. Unspaced, the 8 would arrive within a few ms of each other.
+    assert min(gaps) >= 0.2 and starts[-1] - starts[0] >= 7 * 0.4 - 0.1, gaps
 
 
 def test_at_most_n_pages_in_flight_per_domain(scrape_home, tmp_path, monkeypatch):

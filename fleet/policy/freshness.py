@@ -7,12 +7,10 @@ import datetime as dt
 import re
 from pathlib import Path
 
-import git
-
 from fleet.errors import FleetError
-from fleet.publish.datarepo import DataRepo
-from fleet.publish.remote import failure
-from fleet.quality import alerts as alerting
+
+# GitPython and the data repository are imported where they are used: ``config.settings()`` checks the deadline
+# setting through this module before anything runs, and must not import git for it.
 
 DAYS = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
 SETTING = "FLEET_FRESHNESS_DEADLINE"
@@ -52,9 +50,13 @@ def due_week(now: dt.datetime, deadline: Deadline) -> dt.date:
     return week
 
 
-def committed_weeks(repo: DataRepo, cache: Path) -> list[str]:
+def committed_weeks(repo, cache: Path) -> list[str]:
     """The weeks with a raw commit on the remote branch (``<prefix><week>/raw.parquet``), from a shallow fetch of
     its tip into ``cache``: trees only, no LFS object is read. A remote git cannot read is a FleetError."""
+    import git
+
+    from fleet.publish.remote import failure
+
     remote = repo.parsed()
     cache.mkdir(parents=True, exist_ok=True)
     runner = remote.command(cache)
@@ -73,10 +75,12 @@ def committed_weeks(repo: DataRepo, cache: Path) -> list[str]:
     return sorted(m.group(1) for m in map(pattern.match, names.splitlines()) if m)
 
 
-def check(repo: DataRepo, home: Path, now: dt.datetime, deadline: Deadline, *, start_week: str,
+def check(repo, home: Path, now: dt.datetime, deadline: Deadline, *, start_week: str,
           webhook: str | None, echo) -> int:
     """0 when the due week's raw commit is in the data repository (or no week is due yet), else 1 with one alert
     per missed week (the alert ledger under ``home`` remembers the weeks already alerted)."""
+    from fleet.quality import alerts as alerting
+
     week = due_week(now, deadline)
     if week.isoformat() < start_week:
         echo(f"fresh: no week is due yet (the first week, {start_week}, is due {deadline.of(dt.date.fromisoformat(start_week)):%Y-%m-%d %H:%M} UTC)")
