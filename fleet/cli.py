@@ -62,8 +62,12 @@ def say_sandbox(home: Path, echo=click.echo) -> None:
 
     home.mkdir(parents=True, exist_ok=True)  # the steps judge the sandbox with FLEET_HOME there: so does this
     line = sandbox.describe(sandbox.current(home, scraper_dirs()))
-    if line:
+    if line and line not in _said:  # once per command, also when a backfill runs many weeks
+        _said.add(line)
         echo(line, err=True)
+
+
+_said: set[str] = set()
 
 
 def run_week(week: str, sources: tuple[str, ...] = (), deep: tuple[str, ...] = (), refresh: bool = False,

@@ -32,6 +32,7 @@ class Politeness:
         self.concurrency, self.interval_s = int(concurrency), float(interval_s)
         self.own: tuple[int | None, float | None] = (None, None)
         self.source = source
+        self._recorded: set[str] = set()  # hosts this attempt has written its declaration for
 
     def declare(self, concurrency: int | None, interval_s: float | None) -> None:
         self.own = (concurrency, interval_s)
@@ -53,8 +54,9 @@ class Politeness:
 
     def _record(self, host: str) -> None:
         """Write this scraper's declaration for ``host`` where the other sources' attempts read it."""
-        if self.own == (None, None):
+        if self.own == (None, None) or host in self._recorded:
             return
+        self._recorded.add(host)
         with self._locked(_host_file(self.root, host, ".declared.lock")):
             path = _host_file(self.root, host, ".declared.json")
             try:

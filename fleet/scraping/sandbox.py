@@ -12,6 +12,8 @@ import shutil
 import subprocess
 from pathlib import Path
 
+from fleet.scraping.procs import tmp_base
+
 SETTING = "FLEET_SANDBOX_USER"
 SECRETS = ("FLEET_GIT_TOKEN",)   # only the processes that commit may read these
 FLAG = "FLEET_CHROMIUM_SANDBOX"  # set in a worker's environment: launch Chromium with its sandbox on
@@ -159,10 +161,8 @@ def prepare(box: Sandbox, settings) -> Path | None:
     folders, Node's compile cache, the politeness locks) for the sandbox's user; returns the workers' HOME."""
     if not box.switches_user:
         return None
-    from fleet.scraping.pool import tmp_root
-
     home = settings.workers_dir / "home"
-    for folder in (home, tmp_root(settings.workers_dir, box.uid), settings.workers_dir.parent / "politeness",
+    for folder in (home, tmp_base(settings.workers_dir, box.uid), settings.workers_dir.parent / "politeness",
                    *([Path(settings.node_cache)] if settings.node_cache else [])):
         _hand_over_once(box, folder)
     hand_over_files(box, settings.workers_dir)
