@@ -84,3 +84,22 @@ def test_a_blocked_source_is_alerted_never_reexecuted_and_the_week_goes_on(fleet
         scrape = next(r for r in runs if r.tags.get("fleet/kind") == "scrape")
         assert scrape.tags.get("fleet/failure") == "blocked"
         assert not instance.all_logs(scrape.run_id, of_type=DagsterEventType.STEP_UP_FOR_RETRY)
+
+
+def test_bad_markers_and_limits_are_one_line_and_nothing_runs(fleet_env, tmp_path):
+    res = run_fleet({**fleet_env.env, "FLEET_BLOCK_MARKERS": "[1, 2]"}, "run", "--week", WEEK, "--force")
+    assert res.returncode == 2 and res.stderr.strip() == (
+        "fleet: error: FLEET_BLOCK_MARKERS must be a non-empty JSON list of non-empty strings "
+        "(e.g. [\"g-recaptcha\", \"are you a robot\"]), got '[1, 2]'"), res.stderr
+    assert not (fleet_env.home / "artifacts").exists()
+
+    from fleet.scraping.discovery import discover
+    d = tmp_path / "declared"
+    d.mkdir()
+    for name, attr in (("bad_markers", "block_markers = ('',)"), ("bad_limit", "polite_concurrency = 0")):
+        (d / f"{name}.py").write_text("import polars as pl\nfrom fleet import Scraper\n\nclass S(Scraper):\n"
+                                      f"    name = '{name}'\n    schema = {{'id': pl.Int64}}\n    key = ('id',)\n"
+                                      f"    {attr}\n\n    async def scrape(self, page, ctx):\n        yield {{}}\n")
+    errors = {s.name: s.error for s in discover([d])}
+    assert "scraper 'bad_markers': block_markers must be a non-empty JSON list" in errors["bad_markers"], errors
+    assert errors["bad_limit"].endswith("scraper 'bad_limit': polite_concurrency must be a whole number >= 1, got 0"), errors
