@@ -211,13 +211,11 @@ class ScrapeContext:
                 raise BlockedError(f"source {self.source}: blocked: HTTP 403 for {url}", url=url, status=403)
             if response is not None and response.status >= 400:
                 status = response.status
-                error = NavigationError(
+                raise NavigationError(
                     f"source {self.source}: HTTP {status} for {url}", url=url, status=status,
                     transient=status in (429, 502, 503, 504),
+                    retry_after=bot.retry_after_s(response.headers.get("retry-after")) if status in (429, 503) else None,
                 )
-                if status in (429, 503):
-                    error.retry_after = bot.retry_after_s(response.headers.get("retry-after"))
-                raise error
             marker = await bot.find_marker(page, self.block_markers)
             if marker:
                 raise BlockedError(f"source {self.source}: blocked: a captcha or bot-check page at {url} "
@@ -230,7 +228,7 @@ class ScrapeContext:
         except NavigationError as exc:
             if exc.status != 429 or isinstance(exc, BlockedError):
                 raise
-            wait = getattr(exc, "retry_after", None)
+            wait = exc.retry_after
             why = (f"; Retry-After {wait:g}s does not fit in the {self.time_left():.0f}s left" if wait is not None
                    and wait > self.time_left() - RETRY_AFTER_RESERVE_S else f" after {self.retry_policy.attempts} attempts")
             raise BlockedError(f"source {self.source}: blocked: HTTP 429 for {url}{why}", url=url, status=429) from exc
