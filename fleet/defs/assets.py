@@ -231,6 +231,10 @@ def publish_assets(sources: list[Source], partitions_def):
             gate.release(store, week, released, by=context.run_id, note=context.run.tags.get(gate.RELEASE_NOTE_TAG, ""))
         summary = consolidate(store, week, names)
         alert_week(context, store, week, names, alerts)
+        if summary["rows"] == 0 and summary.get("held"):
+            raise Failure(description=f"nothing to commit for week {week}: the quality gate held every source with "
+                                      f"rows ({', '.join(sorted(summary['held']))}); `fleet release` commits them",
+                          metadata={"held": MetadataValue.json(summary["held"])}, allow_retries=False)
         if summary["rows"] == 0:
             raise Failure(description=f"infrastructure failure: no source returned data for week {week}",
                           metadata={"fleet/category": "infra", "missing": MetadataValue.json(summary["missing"])},
