@@ -9,6 +9,7 @@ import signal
 import sys
 
 import click
+from pathlib import Path
 
 from fleet.config import PROJECT_ROOT, chromium_path, scraper_dirs, settings
 from fleet.errors import FleetError
@@ -32,6 +33,20 @@ def resolve_week(week: str | None, option: str = "--week") -> str:
     return check_week_in_partitions(w, settings().start_week)
 
 
+def say_sandbox(home: Path, echo=click.echo) -> None:
+    """One line at start when the browser sandbox is off (fleet/scraping/sandbox.py), and why."""
+    from fleet.scraping import sandbox
+
+    home.mkdir(parents=True, exist_ok=True)  # the steps judge the sandbox with FLEET_HOME there: so does this
+    line = sandbox.describe(sandbox.current(home, scraper_dirs()))
+    if line and line not in _said:  # once per command, also when a backfill runs many weeks
+        _said.add(line)
+        echo(line, err=True)
+
+
+_said: set[str] = set()
+
+
 def run_week(week: str, sources: tuple[str, ...] = (), deep: tuple[str, ...] = (), refresh: bool = False,
              force: bool = False, echo=click.echo, verbose: bool = False) -> int:
     """Drive one week through the same jobs the schedule and UI use, and the same follow-up policy as the sensors
@@ -49,6 +64,7 @@ def run_week(week: str, sources: tuple[str, ...] = (), deep: tuple[str, ...] = (
     from fleet.storage.open import check_store
 
     s = settings()
+    say_sandbox(s.home, echo)
     # Refused before the week is scraped: a bad FLEET_DATA_BRANCH or FLEET_DATA_PREFIX, a FLEET_DATA_REMOTE that is a
     # file or a folder of something else, no Chromium (each worker would fail as infra, the source named but not
     # the cause).
@@ -198,6 +214,35 @@ def reprocess_week(week: str, echo=click.echo) -> int:
     return EXIT_NOTHING
 
 
+def release_week(week: str, sources: tuple[str, ...], note: str, echo=click.echo) -> int:
+    """Commit the rows the quality gate held out of ``week``: a publish run tagged ``fleet/release`` (as the UI
+    can launch one) consolidates and commits the week again with them; no network."""
+    from dagster import execute_job, reconstructable
+
+    from fleet.defs import definitions as d
+    from fleet.defs.instance import get_instance
+    from fleet.policy import taxonomy as tx
+    from fleet.quality import gate
+    from fleet.storage import store as keys
+
+    s = settings()
+    gate.check_held(_store(), week, list(sources))  # one line naming a source that is not held, before any run
+    instance = get_instance(s)
+    reap_orphaned_runs(instance, week, echo)
+    result = execute_job(reconstructable(d.publish_week_job), instance,
+                         run_config={"loggers": {"console": {"config": {"log_level": "INFO"}}}},
+                         tags={**cli_run_tags(week), tx.TAG_KIND: "release",
+                               gate.RELEASE_TAG: ",".join(sources), gate.RELEASE_NOTE_TAG: note})
+    superseded(instance.get_run_by_id(result.run_id))
+    for stage in ("raw", "processed"):
+        rec = _store().read_json(week, keys.commit_key(stage)) or {}
+        echo(f"commit {stage:<9} {rec.get('status', '-'):<10} {rec.get('sha')}")
+    if not result.success:
+        echo("fleet: the release run failed; see the log above", err=True)
+        return EXIT_NOTHING
+    return EXIT_OK
+
+
 def report(instance, week: str, names: list[str], publish_run, echo, selected: list[str],
            run_ids: list[str]) -> int:
     from dagster import DagsterEventType
@@ -222,6 +267,10 @@ def report(instance, week: str, names: list[str], publish_run, echo, selected: l
         if f"{stage}_commit" in steps_ok and rec:
             echo(f"commit {stage:<9} {rec['status']:<10} {rec['sha']}")
     print_alerts(week, echo, run_ids=run_ids)
+    held = (store.read_json(week, keys.CONSOLIDATED_META_KEY) or {}).get("held") or {}
+    for name, why in sorted(held.items()):
+        echo(f"HELD {name}: {why['rows']} rows kept out of the commit by the quality gate ({'; '.join(why['checks'])}); "
+             f"`fleet release {name} --week {week}` commits them", err=True)
     for step, msg in failures.items():
         echo(f"FAILED {step}: {msg.splitlines()[0] if msg else ''}", err=True)
     if "raw_commit" not in steps_ok:
@@ -232,7 +281,7 @@ def report(instance, week: str, names: list[str], publish_run, echo, selected: l
         echo("the raw rows were committed, but post-processing or its commit failed (see above); "
              "rerun with `fleet reprocess` or `fleet commit --stage processed`", err=True)
         return EXIT_PARTIAL
-    return EXIT_OK if all(r.status == "ok" for r in rows if r.source in selected) else EXIT_PARTIAL
+    return EXIT_OK if all(r.status == "ok" and r.source not in held for r in rows if r.source in selected) else EXIT_PARTIAL
 
 
 def _step_error(error) -> str:
@@ -399,6 +448,16 @@ def reprocess(week):
 
 
 @main.command()
+@click.argument("sources", nargs=-1, required=True, metavar="SOURCE...")
+@_week_option
+@click.option("--note", default="", help="Why the held rows may be committed (goes into the commit message).")
+def release(sources, week, note):
+    """Commit the rows of SOURCE that the quality gate held out of a week's commit (no network)."""
+    _check_run_options(sources, ())
+    sys.exit(_exit_on_error(release_week, resolve_week(week), sources, note))
+
+
+@main.command()
 @click.argument("source")
 def history(source):
     """One source over the stored weeks: status, category, rows, seconds, error."""
@@ -446,7 +505,12 @@ def status(week):
     for c in failed:
         click.echo(f"  {c.severity:<5} {c.source:<20} {c.check:<10} {(c.message.splitlines() or [''])[0][:140]}")
     for stage in ("raw", "processed"):
-        click.echo(f"commit {stage:<9} {describe(store.read_json(w, keys.commit_key(stage)))}")
+        rec = store.read_json(w, keys.commit_key(stage))
+        lfs = f"  (added {_mb(rec['lfs_bytes'])} of LFS storage)" if (rec or {}).get("lfs_bytes") else ""
+        click.echo(f"commit {stage:<9} {describe(rec)}{lfs}")
+    held = {folder: store.size(w, folder) for folder in ("raw", "evidence", "work")}
+    click.echo(f"store: week {w} holds " + ", ".join(f"{k} {_mb(v)}" for k, v in held.items())
+               + f"; all weeks {_mb(sum(store.size(x, '.') for x in store.weeks()))}")
     print_lifecycle(store, w)
 
 
@@ -496,6 +560,49 @@ def commit(week, stage):
     for st in stages:
         res = _exit_on_error(commit_stage, d.defs.resources["data_repo"].data_repo(), store, w, st, run_id="cli-commit")
         click.echo(f"commit {st:<9} {res.status:<10} {res.sha}")
+
+
+def _mb(n: int) -> str:
+    return f"{n / 1e6:.1f} MB"
+
+
+@main.command()
+@click.option("--keep-weeks", "keep_weeks", required=True, type=int, help="Weeks to keep, up to the last complete one.")
+@click.option("--dry-run", is_flag=True, help="Only list what would be removed.")
+def gc(keep_weeks, dry_run):
+    """Remove evidence, work folders and spooled rows older than N weeks (never uncommitted rows, never the data repository)."""
+    from fleet.policy import retention
+
+    store = _store()
+    removals = retention.plan(store, keep_weeks, last_complete_week(dt.date.today()))
+    verb = "would remove" if dry_run else "removed"
+    for r in removals:
+        click.echo(f"{r.week}  {'kept' if r.kept_because else verb:<12} {r.key:<40} {_mb(r.bytes):>10}"
+                   + (f"  ({r.kept_because})" if r.kept_because else ""))
+    freed = sum(r.bytes for r in removals if not r.kept_because) if dry_run else retention.collect(store, removals)
+    click.echo(f"{verb} {sum(1 for r in removals if not r.kept_because)} item(s), {_mb(freed)}")
+
+
+@main.command()
+@click.option("--deadline", default=None, metavar="'DAY HH:MM'",
+              help="When a week's raw commit is due, in UTC, in the week after it (default: FLEET_FRESHNESS_DEADLINE, "
+                   "else 'mon 12:00').")
+@click.option("--as-of", "as_of", default=None, metavar="TIME", help="Check as of this ISO 8601 time (default: now).")
+def freshness(deadline, as_of):
+    """Dead-man's switch: exit 0 if the last due week's raw commit is in the data repository, else 1 (and alert once)."""
+    from fleet.policy import freshness as fresh
+    from fleet.publish.datarepo import DataRepo
+
+    s = settings()
+    due = fresh.parse_deadline(deadline, "--deadline") if deadline is not None else fresh.parse_deadline(
+        os.environ.get(fresh.SETTING))
+    try:
+        now = dt.datetime.fromisoformat(as_of) if as_of else dt.datetime.now(dt.timezone.utc)
+    except ValueError:
+        raise click.BadParameter(f"not an ISO 8601 time: {as_of!r}", param_hint="--as-of") from None
+    now = now if now.tzinfo else now.replace(tzinfo=dt.timezone.utc)
+    sys.exit(fresh.check(DataRepo.from_settings(s), s.home, now, due, start_week=s.start_week,
+                         webhook=os.environ.get("FLEET_ALERT_WEBHOOK", "").strip() or None, echo=click.echo))
 
 
 @main.command()

@@ -73,6 +73,13 @@ def browser_startup_s() -> float:
     return env_number("FLEET_BROWSER_STARTUP_S", 90.0, minimum=1)
 
 
+def politeness() -> dict:
+    """Per domain, across the sources of this host: at most ``concurrency`` navigations at once, at least
+    ``interval_s`` seconds between their starts (fleet/scraping/politeness.py)."""
+    return {"concurrency": env_number("FLEET_DOMAIN_CONCURRENCY", 4, int, minimum=1),
+            "interval_s": env_number("FLEET_DOMAIN_INTERVAL_S", 0.0)}
+
+
 def _int(name: str, default: int, minimum: int = 0) -> int:
     return env_number(name, default, int, minimum)
 
@@ -170,7 +177,11 @@ def settings() -> Settings:
         prefix += "/"
     workers = env_choice("FLEET_WORKERS", "warm", ("warm", "fresh"))
     max_parallel = _int("FLEET_MAX_PARALLEL", 10, minimum=1)
-    for check in (worker_idle_s, worker_max_sources, browser_startup_s):
+    from fleet.policy.freshness import SETTING as DEADLINE, parse_deadline
+    from fleet.scraping.blocked import markers_from_env
+
+    for check in (worker_idle_s, worker_max_sources, browser_startup_s, markers_from_env, politeness,
+                  lambda: parse_deadline(os.environ.get(DEADLINE))):
         check()
     webhook = os.environ.get("FLEET_ALERT_WEBHOOK", "").strip()
     if webhook and not webhook.lower().startswith(("http://", "https://")):  # else every alert's POST would fail

@@ -16,12 +16,19 @@ class BadRowError(FleetError):
 class NavigationError(FleetError):
     """A page could not be loaded (HTTP error status or network failure)."""
 
-    def __init__(self, message: str, url: str, status: int | None = None, transient: bool = False):
+    def __init__(self, message: str, url: str, status: int | None = None, transient: bool = False,
+                 retry_after: float | None = None):
         super().__init__(message)
         self.url = url
         self.status = status
         self.transient = transient
+        self.retry_after = retry_after  # seconds the server asked to wait (Retry-After), honoured by the retries
 
 
 class CommitError(FleetError):
     """The data could not be landed on the remote branch."""
+
+
+class BlockedError(NavigationError):
+    """The site said "go away": HTTP 403, a 429 whose wait does not fit the source's time, or a captcha or
+    bot-check page. Classified ``blocked``: not the scraper's fault, and not re-executed within the run."""

@@ -19,15 +19,16 @@ def test_demo_week_makes_two_lfs_commits_and_reruns_make_none(fleet_env):
     new = commits[: len(commits) - len(before)]
     assert [c["subject"] for c in new] == [f"fleet: processed rows for week {WEEK}", f"fleet: raw rows for week {WEEK}"]
     processed, raw = new
-    assert raw["files"] == ["data/.gitattributes", f"data/{WEEK}/raw.parquet"]
-    assert processed["files"] == [f"data/{WEEK}/processed.parquet"]
+    assert raw["files"] == ["data/.gitattributes", f"data/{WEEK}/CHANGES.md", f"data/{WEEK}/raw.parquet"]
+    assert processed["files"] == [f"data/{WEEK}/CHANGES.md", f"data/{WEEK}/processed.parquet"]
     assert "Sources included (6)" in raw["message"] and "Fleet-Idempotency-Key:" in raw["message"]
     assert "Run: " in raw["message"]
     # the remote's own files are untouched
     after = ls_tree(fleet_env.remote)
     for path, blob in fleet_env.tree_before.items():
         assert after[path] == blob
-    assert set(after) - set(fleet_env.tree_before) == {"data/.gitattributes", f"data/{WEEK}/raw.parquet", f"data/{WEEK}/processed.parquet"}
+    assert set(after) - set(fleet_env.tree_before) == {"data/.gitattributes", f"data/{WEEK}/raw.parquet",
+                                                       f"data/{WEEK}/processed.parquet", f"data/{WEEK}/CHANGES.md"}
     # the committed content: every source's rows, unique by source and key
     frame = committed_frame(fleet_env.remote, f"data/{WEEK}/raw.parquet")
     counts = dict(frame.group_by("source").len().iter_rows())

@@ -15,6 +15,7 @@ from fleet.quality import alerts as alerting
 from fleet.quality import checks as qc
 from fleet.defs import codeversion
 from fleet.defs.evidence import evidence_metadata, failure_observation
+from fleet.quality import gate
 from fleet.defs.resources import Alerts, ArtifactStore, Browser, DataRepository
 from fleet.lifecycle import quarantine
 from fleet.policy import pastweek
@@ -48,15 +49,17 @@ class RawConfig(Config):
 
 SOURCE_CHECKS = {
     "non_empty": "The source returned at least one row this week (ERROR: empty feed).",
-    "volume": "Rows against the median of the last 4 successful weeks (WARN below 50%, ERROR below 10%).",
-    "coverage": "Per-column fill rate and value shape against the trailing weeks (WARN: selector rot suspected).",
-    "schema": "The stored columns and types equal the scraper's declared schema.",
+    "volume": "Rows against the median of the last 4 successful weeks (WARN below 50%, ERROR below 10%: the quality "
+              "gate holds the source out of the week's commit).",
+    "coverage": "Per-column fill rate and value shape against the trailing weeks (WARN: selector rot suspected; the "
+                "quality gate holds the source out of the week's commit).",
+    "schema": "The stored columns and types equal the scraper's declared schema (else the quality gate holds the "
+              "source out of the week's commit).",
 }
 SEVERITY = {"ERROR": AssetCheckSeverity.ERROR, "WARN": AssetCheckSeverity.WARN}
 
 
-def checks_key(source: str) -> str:
-    return f"raw/{source}.checks.json"
+checks_key = qc.checks_key
 
 
 def run_source_checks(source: Source, week: str, store, attempt: str) -> list:
@@ -271,8 +274,15 @@ def publish_assets(sources: list[Source], partitions_def):
         """All sources' rows for the week in one parquet file with a `source` column: whatever succeeded this week."""
         week = context.partition_key
         store = artifacts.store()
+        released = gate.parse_release(context.run.tags.get(gate.RELEASE_TAG))
+        if released:  # `fleet release`, or the tag on a publish run launched from the UI
+            gate.release(store, week, released, by=context.run_id, note=context.run.tags.get(gate.RELEASE_NOTE_TAG, ""))
         summary = consolidate(store, week, names, carry={s.name: s.carry_forward_weeks for s in sources if s.carry_forward})
         alert_week(context, store, week, names, alerts, {s.name: s.quarantine_after for s in sources})
+        if summary["rows"] == 0 and summary.get("held"):
+            raise Failure(description=f"nothing to commit for week {week}: the quality gate held every source with "
+                                      f"rows ({', '.join(sorted(summary['held']))}); `fleet release` commits them",
+                          metadata={"held": MetadataValue.json(summary["held"])}, allow_retries=False)
         if summary["rows"] == 0:
             raise Failure(description=f"infrastructure failure: no source returned data for week {week}",
                           metadata={"fleet/category": "infra", "missing": MetadataValue.json(summary["missing"])},

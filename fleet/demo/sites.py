@@ -15,8 +15,10 @@ Faults:
   /flaky?key=K                      HTTP 503 for the first 2 requests per key, then 200
   /missing                          HTTP 404 (as is any unknown path)
   /empty                            a valid page with an empty table
+  /crawl?page=N                     200 pages of 3 items, each linking the next (fleet/demo/crawl.py)
 Site modes (per site, read on each request from ``<state_dir>/modes.json``, or set via ``/_control``):
   normal | selector_rot (a column's CSS class changes for 9 rows in 10) | volume_collapse (5% of rows) | empty
+  | forbidden | captcha | rate_limited | rate_limited_long (a site that turns scrapers away: fleet/demo/walls.py)
 """
 from __future__ import annotations
 
@@ -28,12 +30,15 @@ import math
 import os
 import random
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
+from fleet.demo import crawl, walls
+
 SITES = ("books", "catalog", "stocks", "jobs", "parts", "shops")
-MODES = ("normal", "selector_rot", "volume_collapse", "empty")
+MODES = ("normal", "selector_rot", "volume_collapse", "empty", *walls.WALL_MODES)
 # The column whose CSS class changes under ``selector_rot``, per site.
 ROT_COLUMN = {"books": "price", "catalog": "price", "stocks": "close", "jobs": "salary", "parts": "price", "shops": "city"}
 EPOCH = dt.date(2026, 1, 5)
@@ -273,9 +278,11 @@ class _Handler(BaseHTTPRequestHandler):
         pass
 
     # -- plumbing
-    def _send(self, status: int, body: str, ctype: str = "text/html; charset=utf-8") -> None:
+    def _send(self, status: int, body: str, ctype: str = "text/html; charset=utf-8", headers: dict | None = None) -> None:
         data = body.encode("utf-8")
         self.send_response(status)
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
         self.send_header("Content-Type", ctype)
         self.send_header("Content-Length", str(len(data)))
         self.send_header("Cache-Control", "no-store")
@@ -297,6 +304,13 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_GET(self):
         sites: DemoSites = self.server.sites
+        started = time.monotonic()
+        try:
+            self._get(sites)
+        finally:
+            sites.requests.append((urlsplit(self.path).path, started, time.monotonic()))
+
+    def _get(self, sites: "DemoSites"):
         if sites.latency_s > 0 and sites._stop.wait(sites.latency_s):
             self.close_connection = True
             return
@@ -308,6 +322,10 @@ class _Handler(BaseHTTPRequestHandler):
         except ValueError:
             return self._send(400, _page("Bad request", f"<p>bad week {_e(q['week'])}</p>"))
         modes = sites.modes()
+        site = path.strip("/").split("/")[0]
+        wall = walls.answer(sites, site, modes.get(site)) if site in SITES else None
+        if wall is not None:
+            return self._send(wall[0], wall[1], headers=wall[2])
         try:
             self._route(path, q, week, modes, sites)
         except (BrokenPipeError, ConnectionResetError):
@@ -414,6 +432,8 @@ class _Handler(BaseHTTPRequestHandler):
                 return self._send(503, _page("Service unavailable", f"<p>try again ({n})</p>"))
             table = _table("flaky", "normal", flaky_rows(week), ["code", "value"], "item", "items")
             return self._send(200, _page(f"Flaky feed, week {wk}", table))
+        if path == "/crawl":
+            return self._send(*crawl.page(q, week))
         if path == "/empty":
             return self._send(200, _page(f"Feed, week {wk}", "<table id='items'><tbody></tbody></table><p>No items this week.</p>"))
         if path == "/_control":
@@ -451,6 +471,8 @@ class DemoSites:
             state_dir = Path(os.environ["FLEET_DEMO_STATE_DIR"])
         self.state_dir = Path(state_dir) if state_dir is not None else None
         self.flaky_hits: dict[str, int] = {}
+        self.wall_hits: dict[str, int] = {}  # per site, for the rate_limited mode
+        self.requests: list[tuple[str, float, float]] = []  # (path, start, end), monotonic: what a client asked when
         self._memory_modes: dict[str, str] = {}
         self._lock = threading.Lock()
         self._stop = threading.Event()

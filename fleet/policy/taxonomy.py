@@ -13,6 +13,8 @@ gets N more. One policy, two drivers: the run-status sensor and ``fleet run`` bo
 ``refused`` the step did not scrape: its week was past when the run was created, without stored rows to reuse
 (fleet/policy/pastweek.py). Nothing crashed and the source is not at fault: never re-executed, never
 counted against the crash budget or toward the source's failures.
+``blocked`` the site turned fleet away: HTTP 403, a 429 that did not clear within the source's time, or a captcha
+or bot-check page. Alerted; like ``refused``, never re-executed within the run and never a failure of the source.
 A source whose stored outcome is usable (ok, empty or partial, with its rows stored: ``store.usable_outcome``) is
 not a crash to repair: a step of it that never started, or died after storing its result, is not rerun, and its
 outcome is never overwritten with a crash (fleet/defs/automation.py), so the week keeps its rows.
@@ -30,23 +32,24 @@ RAW_PREFIX = "raw__"
 PUBLISH_STEP = "consolidated_raw_rows"
 INFRA_ERRORS = ("ChildProcessCrashException", "DagsterExecutionInterruptedError", "ChildProcessCrashedError",
                 "DagsterUnknownStepStateError")
-TAG_KIND = "fleet/kind"          # scrape | rerun | publish
+TAG_KIND = "fleet/kind"          # scrape | rerun | publish | reprocess | release
 TAG_ATTEMPT = "fleet/attempt"
 TAG_RECOVERS = "fleet/recovers"
-TAG_FAILURE = "fleet/failure"    # infra | source | refused | mixed
+TAG_FAILURE = "fleet/failure"    # infra | source | refused | blocked | mixed
 TAG_DRIVER = "fleet/driver"      # cli for the runs `fleet run` launches
 TAG_SUPERSEDED = "fleet/superseded"  # on a run that stopped because an older run of its week was going (fleet/defs/claim.py)
 PARTITION_TAG = "dagster/partition"
 REFUSED = "refused"              # the category, and the stored status, of a source the past-week rule refused
 QUARANTINED = "quarantined"      # the category, and the stored status, of a source the run skipped (fleet/lifecycle/quarantine.py)
-CATEGORIES = ("infra", "source", REFUSED, QUARANTINED)
+BLOCKED = "blocked"              # the site turned fleet away (403, 429, a captcha page): fleet/scraping/blocked.py
+CATEGORIES = ("infra", "source", REFUSED, QUARANTINED, BLOCKED)
 
 
 @dataclasses.dataclass
 class StepOutcome:
     source: str
     status: str                  # succeeded | failed | interrupted | not started
-    category: str | None = None  # infra | source | refused
+    category: str | None = None  # infra | source | refused | blocked
     error: str | None = None
     metadata: dict = dataclasses.field(default_factory=dict)
     retries: int = 0             # re-executions inside the run after a crash that started (Dagster's retry policy)

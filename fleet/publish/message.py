@@ -41,16 +41,23 @@ def for_week(week: str, stage: str, run_id: str, summary: dict) -> tuple[str, st
     if kept:
         lines.append("Sources whose latest attempt failed, with the rows of an earlier attempt this week "
                      f"({len(kept)}): {_outcomes(kept)}")
-    held = {k: v for k, v in missing.items() if v.get("status") == "quarantined"}
-    missing = {k: v for k, v in missing.items() if k not in held}
+    quarantined = {k: v for k, v in missing.items() if v.get("status") == "quarantined"}
+    missing = {k: v for k, v in missing.items() if k not in quarantined}
     if missing:
         lines.append(f"Sources missing ({len(missing)}): {_outcomes(missing)}")
-    if held:
-        lines.append(f"Sources quarantined, not scraped ({len(held)}): {', '.join(sorted(held))}")
+    if quarantined:
+        lines.append(f"Sources quarantined, not scraped ({len(quarantined)}): {', '.join(sorted(quarantined))}")
     carried = summary.get("carried") or {}
     if carried:
         lines.append(f"Sources carried forward, their rows marked stale_since ({len(carried)}): "
                      + ", ".join(f"{k} ({v['rows']} rows of week {v['from']})" for k, v in sorted(carried.items())))
+    held, released = summary.get("held") or {}, summary.get("released") or {}
+    if held:
+        lines.append(f"Sources held by the quality gate ({len(held)}; rows stored, `fleet release` commits them): "
+                     + "; ".join(f"{k} ({v['rows']} rows: {', '.join(v['checks'])})" for k, v in sorted(held.items())))
+    for name, rec in sorted(released.items()):
+        lines.append(f"Released from the quality gate: {name} ({', '.join(rec['checks'])})"
+                     + (f"; note: {rec['note']}" if rec.get("note") else ""))
     by_day: dict[str, list[str]] = {}
     for name, day in sorted((summary.get("forced") or {}).items()):
         by_day.setdefault(day, []).append(name)

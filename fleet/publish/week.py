@@ -1,8 +1,9 @@
-"""A week's two commits (raw, then processed) from the stored artifacts, through the LFS-safe commit loop."""
+"""A week's two commits (raw, then processed) from the stored artifacts, through the LFS-safe commit loop; each
+also commits the week's ``CHANGES.md`` (fleet/publish/changes.py)."""
 from __future__ import annotations
 
 from fleet.errors import FleetError
-from fleet.publish import message
+from fleet.publish import changes, message
 from fleet.publish.commit import CommitResult, commit_files
 from fleet.publish.datarepo import DataRepo, ensure_remote
 from fleet.storage import store as keys
@@ -26,19 +27,26 @@ def commit_stage(repo: DataRepo, store: ArtifactStore, week: str, stage: str, *,
     artifact = store.local_copy(week, key)
     summary = store.read_json(week, keys.CONSOLIDATED_META_KEY, {}) or {}
     subject, body = message.for_week(week, stage, run_id, summary)
+    change_lines, changes_md = changes.for_commit(store, week, stage)
+    body = "\n".join([body, *change_lines])
     before = store.read_json(week, keys.commit_key(stage)) or {}
     landed = before.get("sha") if before.get("status") in LANDED else before.get("last_landed")
     try:
         ensure_remote(repo)
-        result = commit_files(repo, {f"{week}/{filename}": artifact}, subject=subject, body=body,
+        result = commit_files(repo, {f"{week}/{filename}": artifact, f"{week}/CHANGES.md": store.local_copy(week, changes_md)},
+                              subject=subject, body=body,
                               idempotency_key=f"{week}:{stage}", key_with_content=True, log=log)
     except FleetError as exc:
         # The record says what the last attempt did: `fleet status` must not go on showing an older success.
         store.write_json(week, keys.commit_key(stage), {"status": "failed", "sha": None, "error": str(exc),
                                                        "run_id": run_id, "last_landed": landed})
         raise
+    # what this commit added to the repository's LFS storage: its parquet file, when it is new content
+    lfs_bytes = (artifact.stat().st_size if result.status == "committed"
+                 else before.get("lfs_bytes", 0) if before.get("sha") == result.sha else 0)
     store.write_json(week, keys.commit_key(stage), {"status": result.status, "sha": result.sha,
-                                                   "attempts": result.attempts, "run_id": run_id})
+                                                   "attempts": result.attempts, "run_id": run_id,
+                                                   "lfs_bytes": lfs_bytes})
     return result
 
 

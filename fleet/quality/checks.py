@@ -33,6 +33,7 @@ from typing import Any, Mapping
 
 import polars as pl
 
+from fleet.storage import provenance
 from fleet.storage import store as keys
 from fleet.storage.store import ArtifactStore
 
@@ -54,6 +55,11 @@ class CheckOutcome:
 
 def profile_key(source: str) -> str:
     return f"raw/{source}.profile.json"
+
+
+def checks_key(source: str) -> str:
+    """Where the raw step stores the source's check results for the week (read by alerts and the quality gate)."""
+    return f"raw/{source}.checks.json"
 
 
 # --------------------------------------------------------------------------------------------------- profiles
@@ -174,7 +180,7 @@ def _schema_check(schema: Mapping[str, Any], frame: pl.DataFrame) -> CheckOutcom
     declared = pl.Schema(dict(schema))
     stored = frame.schema
     missing = [c for c in declared if c not in stored]
-    extra = [c for c in stored if c not in declared]
+    extra = [c for c in stored if c not in declared and c not in provenance.COLUMNS]  # fleet's own, on every row
     wrong = [(c, declared[c], stored[c]) for c in declared if c in stored and stored[c] != declared[c]]
     problems = []
     if missing:

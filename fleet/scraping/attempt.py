@@ -6,6 +6,9 @@ import json
 import os
 from pathlib import Path
 
+from fleet import config
+from fleet.scraping import sandbox
+from fleet.scraping.blocked import markers_from_env
 from fleet.scraping.discovery import Source
 from fleet.scraping.pool import tmp_root
 from fleet.scraping.settings import WorkerSettings
@@ -71,7 +74,9 @@ def new_attempt(source: Source, week: str, *, store: ArtifactStore, run_id: str,
         "stack_path": str(work / f"stack-{attempt}.txt"),
         "evidence_dir": str(store.local_dir(week, keys.evidence_key(source.name))),
         "node_cache": str(settings.node_cache or ""),
-        "tmp_root": str(tmp_root(settings.workers_dir)),
+        "tmp_root": str(tmp_root(settings.workers_dir, sandbox.for_attempt(settings, source.module_path).uid)),
         "step_pid": os.getpid(),
+        "block_markers": list(markers_from_env()),
+        "politeness": {"root": str(settings.workers_dir.parent / "politeness"), **config.politeness()},
     }
     return Attempt(id=attempt, work=work, spec=spec)

@@ -1,6 +1,7 @@
 """The public scraper contract: a ``Scraper`` subclass per source, and the ``ScrapeContext`` it is handed."""
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
 import logging
@@ -13,13 +14,18 @@ from typing import Any, AsyncIterator, ClassVar, Mapping
 
 import polars as pl
 
-from fleet.errors import NavigationError, ScraperDefinitionError
+from fleet.errors import BlockedError, FleetError, NavigationError, ScraperDefinitionError
+from fleet.scraping import blocked as bot
+from fleet.scraping.politeness import Politeness
 from fleet.scraping.retry import RetryPolicy, retry_async
+from fleet.storage.provenance import COLUMNS as RESERVED_COLUMNS
 
 NAME_RE = re.compile(r"^[a-z][a-z0-9_]*$")
 # A source's name is also a Dagster tag value (``fleet/source``), which holds at most 63 characters; a longer one
 # used to stop the whole code location from loading, so no source of the week ran.
 NAME_MAX = 63
+# Seconds of a source's time a Retry-After wait must leave, for the page and its rows after it.
+RETRY_AFTER_RESERVE_S = 5.0
 
 
 def valid_name(name) -> bool:
@@ -46,6 +52,11 @@ class Scraper:
       quarantine_after  weeks in a row failed as ``source`` after which the weekly run skips it (fleet/lifecycle/quarantine.py)
       carry_forward, carry_forward_weeks  a failed week contributes its last good week's rows, at most this many
                  weeks in a row (fleet/lifecycle/carry.py)
+      block_markers  extra case-insensitive substrings of a page's HTML that mean a captcha or bot-check page
+                 (on top of FLEET_BLOCK_MARKERS): ``ctx.goto`` then fails the source as ``blocked``
+      polite_concurrency, polite_interval_s  this scraper's limits for the domains it visits (at most N
+                 navigations at once, at least T seconds between them), stricter than FLEET_DOMAIN_*; they bind
+                 every source of this host that visits those domains after it
     The class docstring becomes the asset's description in the UI.
     """
 
@@ -59,6 +70,9 @@ class Scraper:
     quarantine_after: ClassVar[int] = 3
     carry_forward: ClassVar[bool] = False
     carry_forward_weeks: ClassVar[int] = 2
+    block_markers: ClassVar[tuple[str, ...]] = ()
+    polite_concurrency: ClassVar[int | None] = None
+    polite_interval_s: ClassVar[float | None] = None
     # Volume check thresholds (#8), overridable per scraper.
     volume_warn_ratio: ClassVar[float] = 0.5
     volume_error_ratio: ClassVar[float] = 0.1
@@ -85,6 +99,9 @@ class Scraper:
                 raise ScraperDefinitionError(f"scraper {name!r}: schema column names must be strings, got {col!r}")
             if col == "source":
                 raise ScraperDefinitionError(f"scraper {name!r}: column 'source' is reserved for consolidation")
+            if col in RESERVED_COLUMNS:
+                raise ScraperDefinitionError(f"scraper {name!r}: column {col!r} is reserved: fleet adds it to every "
+                                             f"row (provenance)")
             try:
                 ok = isinstance(dtype, pl.DataType) or (isinstance(dtype, type) and issubclass(dtype, pl.DataType))
             except TypeError:
@@ -106,6 +123,17 @@ class Scraper:
         for flag in ("own_browser", "own_process", "carry_forward"):
             if not isinstance(getattr(cls, flag, False), bool):
                 raise ScraperDefinitionError(f"scraper {name!r}: {flag} must be True or False, got {getattr(cls, flag)!r}")
+        if getattr(cls, "block_markers", ()):
+            try:
+                bot.parse_markers(list(cls.block_markers) if isinstance(cls.block_markers, (list, tuple)) else
+                                  cls.block_markers, f"scraper {name!r}: block_markers")
+            except FleetError as exc:
+                raise ScraperDefinitionError(str(exc)) from None
+        n, t = getattr(cls, "polite_concurrency", None), getattr(cls, "polite_interval_s", None)
+        if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 1):
+            raise ScraperDefinitionError(f"scraper {name!r}: polite_concurrency must be a whole number >= 1, got {n!r}")
+        if t is not None and (isinstance(t, bool) or not isinstance(t, (int, float)) or not 0 <= t < math.inf):
+            raise ScraperDefinitionError(f"scraper {name!r}: polite_interval_s must be a number of seconds >= 0, got {t!r}")
         import inspect
 
         if not inspect.isasyncgenfunction(cls.scrape) or cls.scrape is Scraper.scrape:
@@ -148,6 +176,8 @@ class ScrapeContext:
         logger: logging.Logger | None = None,
         progress_path: Path | None = None,
         step_pid: int | None = None,
+        block_markers: tuple[str, ...] = bot.DEFAULT_MARKERS,
+        politeness: Politeness | None = None,
     ):
         self.source = source
         self.week = week
@@ -158,6 +188,8 @@ class ScrapeContext:
         # fleet's crash tests kill it to stand for a worker crash; scrapers have no other use for it.
         self.step_pid = step_pid
         self.retry_policy = retry or RetryPolicy()
+        self.block_markers = tuple(block_markers)
+        self.politeness = politeness  # per domain, across the sources of this host; None: no limits
         self.log = _SourceAdapter(logger or logging.getLogger(f"fleet.scraper.{source}"), {"run_id": run_id, "source": source})
         self.pages_visited = 0
         self.last_url: str | None = None
@@ -167,10 +199,14 @@ class ScrapeContext:
         self._seen_path = state_dir / "seen.txt" if state_dir else None
         self.checkpoint: dict = _load_json(self._checkpoint_path)
         self._seen: set[str] = set(_load_lines(self._seen_path))
+        self._pending: list[str] = []  # fetched, and persisted as seen once their rows are stored
 
     # --- navigation -----------------------------------------------------
     async def goto(self, page, url: str, *, timeout_ms: float = 30_000, wait_until: str = "load"):
-        """Navigate ``page`` to ``url``. Retries transient failures; raises ``NavigationError`` on an HTTP error."""
+        """Navigate ``page`` to ``url``. Retries transient failures (a 429 or 503 after its Retry-After, when that
+        fits in the time left); raises ``NavigationError`` on an HTTP error, ``BlockedError`` on a 403, a 429
+        that does not clear, or a page carrying one of ``block_markers`` (a captcha or bot check)."""
+        self.rows_stored()
         self.last_url = url
         if self._progress_path:
             # Read by fleet if this process has to be killed: the URL it was stuck on.
@@ -178,18 +214,35 @@ class ScrapeContext:
 
         async def once():
             try:
-                response = await page.goto(url, timeout=timeout_ms, wait_until=wait_until)
+                async with self.politeness.request(url) if self.politeness else contextlib.nullcontext():
+                    response = await page.goto(url, timeout=timeout_ms, wait_until=wait_until)
             except Exception as exc:  # playwright.Error / TimeoutError
                 raise _navigation_error_from(exc, url) from exc
+            if response is not None and response.status == 403:
+                raise BlockedError(f"source {self.source}: blocked: HTTP 403 for {url}", url=url, status=403)
             if response is not None and response.status >= 400:
                 status = response.status
                 raise NavigationError(
                     f"source {self.source}: HTTP {status} for {url}", url=url, status=status,
                     transient=status in (429, 502, 503, 504),
+                    retry_after=bot.retry_after_s(response.headers.get("retry-after")) if status in (429, 503) else None,
                 )
+            marker = await bot.find_marker(page, self.block_markers)
+            if marker:
+                raise BlockedError(f"source {self.source}: blocked: a captcha or bot-check page at {url} "
+                                   f"(marker {marker!r})", url=url, status=response.status if response else None)
             return response
 
-        response = await retry_async(once, policy=self.retry_policy, log=self.log, what=f"goto {url}")
+        try:
+            response = await retry_async(once, policy=self.retry_policy, log=self.log, what=f"goto {url}",
+                                         time_left=lambda: self.time_left() - RETRY_AFTER_RESERVE_S)
+        except NavigationError as exc:
+            if exc.status != 429 or isinstance(exc, BlockedError):
+                raise
+            wait = exc.retry_after
+            why = (f"; Retry-After {wait:g}s does not fit in the {self.time_left():.0f}s left" if wait is not None
+                   and wait > self.time_left() - RETRY_AFTER_RESERVE_S else f" after {self.retry_policy.attempts} attempts")
+            raise BlockedError(f"source {self.source}: blocked: HTTP 429 for {url}{why}", url=url, status=429) from exc
         self.pages_visited += 1
         self._record(url)
         return response
@@ -200,16 +253,23 @@ class ScrapeContext:
 
     # --- resumability ---------------------------------------------------
     def seen(self, url: str) -> bool:
-        """True if ``url`` was already fetched for this source and week (in this or an earlier attempt)."""
+        """True if ``url`` was fetched for this source and week: in this attempt, or in an earlier one that moved on
+        from it (its next ``ctx.goto``, or the end of its scrape), so every row it yielded from that page is stored.
+        A page an attempt died on (mid-navigation, before or while yielding its rows) is not seen by the next."""
         return url in self._seen
 
     def _record(self, url: str) -> None:
-        if url in self._seen:
-            return
         self._seen.add(url)
-        if self._seen_path:
+        self._pending.append(url)
+
+    def rows_stored(self) -> None:
+        """Called by fleet when every row yielded so far is in the spool: the pages fetched so far count as seen
+        for a re-execution. (``goto`` calls it too: the scraper asks for its next page only after fleet has
+        stored the rows it yielded from the last.)"""
+        if self._pending and self._seen_path:
             with open(self._seen_path, "a", encoding="utf-8") as fh:
-                fh.write(url + "\n")
+                fh.write("".join(u + "\n" for u in self._pending))
+        self._pending.clear()
 
     def save_checkpoint(self) -> None:
         """Persist ``ctx.checkpoint`` atomically; a re-execution of this week starts from it."""

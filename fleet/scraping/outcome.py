@@ -1,5 +1,6 @@
 """What an attempt amounts to: its ``Outcome`` (status and category), its evidence, and its raw artifact built
-from the rows of every attempt of the week, each stored under the attempt's own keys."""
+from the rows of every attempt of the week, each with its provenance (fleet/storage/provenance.py), stored under
+the attempt's own keys."""
 from __future__ import annotations
 
 import dataclasses
@@ -10,6 +11,7 @@ from fleet.errors import BadRowError
 from fleet.scraping.attempt import Attempt
 from fleet.scraping.discovery import Source
 from fleet.scraping.supervise import Supervised
+from fleet.storage import provenance
 from fleet.storage import store as keys
 from fleet.storage.frames import build_frame, read_spool
 from fleet.storage.store import ArtifactStore
@@ -32,6 +34,7 @@ class Outcome:
     reused: bool = False
     deep: bool = False
     forced: str | None = None   # the date a past week was scraped on under the run tag fleet/force=true
+    key: list | None = None     # the source's natural key, for the week-over-week changes (fleet/publish/changes.py)
 
     @property
     def succeeded(self) -> bool:
@@ -104,7 +107,7 @@ def finish(source: Source, week: str, store: ArtifactStore, run_id: str, attempt
     out = Outcome(source=source.name, week=week, status=result["status"], category=result.get("category"),
                   pages=result.get("pages", 0), error=result.get("error"), url=result.get("url") or last_url,
                   evidence=result.get("evidence") or {}, seconds=seconds, run_id=run_id, attempt=attempt, deep=deep,
-                  forced=forced)
+                  forced=forced, key=list(source.key) or None)
     stack = work / f"stack-{attempt}.txt"
     if out.status == "timeout":
         evidence_dir = store.local_dir(week, keys.evidence_key(source.name))
@@ -131,7 +134,9 @@ def finish(source: Source, week: str, store: ArtifactStore, run_id: str, attempt
         if out.status != "timeout":
             try:
                 cls = source.load_class()
-                frame = build_frame(source.name, cls.schema, tuple(cls.key), rows)
+                rows, stamps = provenance.split(rows, tuple(cls.key))
+                frame = provenance.attach(build_frame(source.name, cls.schema, tuple(cls.key), rows),
+                                          tuple(cls.key), stamps)
             except BadRowError as exc:
                 out.status, out.category, out.error = "failed", "source", str(exc)
             else:

@@ -32,7 +32,9 @@ from pathlib import Path
 
 from fleet.errors import FleetError
 from fleet.scraping import workerdir
+from fleet.scraping import sandbox
 from fleet.scraping.procs import alive, kill_tree, sweep_tmp, tmp_base, unix_address
+from fleet.scraping.sandbox import Sandbox
 from fleet.scraping.settings import WorkerSettings
 
 GREETING = "fleet-worker"
@@ -48,9 +50,16 @@ class WorkerStartError(FleetError):
     """A new worker exited or did not get its browser up in time (an infra failure)."""
 
 
-def tmp_root(workers_dir: Path) -> Path:
-    """Where the workers of ``workers_dir`` keep their temporary folders (procs.private_tmp)."""
-    return tmp_base(workers_dir)
+def tmp_root(workers_dir: Path, uid: int | None = None) -> Path:
+    """Where the workers of ``workers_dir`` running as ``uid`` keep their temporary folders (procs.private_tmp)."""
+    return tmp_base(workers_dir, uid)
+
+
+def sweep_all_tmp(workers_dir: Path, killed=()) -> None:
+    """:func:`procs.sweep_tmp` for the workers of ``workers_dir`` of every user (fleet's own, the sandbox's)."""
+    own = tmp_root(workers_dir)
+    for base in {own, *own.parent.glob("fleet-*-" + own.name.rsplit("-", 1)[1])}:
+        sweep_tmp(base, killed=killed)
 
 
 class Lease:
@@ -116,7 +125,7 @@ class Lease:
         if self.finished != "reuse":
             if self.finished is None:  # killed at its limit, or died: nothing of it may live on
                 kill_tree(self.pid)
-                sweep_tmp(tmp_root(self.directory), killed=(self.pid,))  # its browser's profile
+                sweep_all_tmp(self.directory, killed=(self.pid,))  # its browser's profile
             workerdir.remove(self.directory, self.wid)
             if self.popen is not None:
                 with contextlib.suppress(subprocess.TimeoutExpired):
@@ -160,7 +169,7 @@ def _try_take(directory: Path, wid: str) -> Lease | None:
     return None
 
 
-def lease(settings: WorkerSettings) -> Lease:
+def lease(settings: WorkerSettings, box: Sandbox | None = None) -> Lease:
     """An idle warm worker of ``settings.workers_dir``, or a new one once its browser is up. Raises
     ``WorkerStartError``."""
     directory = settings.workers_dir
@@ -172,11 +181,11 @@ def lease(settings: WorkerSettings) -> Lease:
         taken = _try_take(directory, wid)
         if taken is not None:
             return taken
-    return _start(settings)
+    return _start(settings, box or Sandbox())
 
 
-def _start(settings: WorkerSettings) -> Lease:
-    """A new worker, leased to the caller once its browser is up."""
+def _start(settings: WorkerSettings, box: Sandbox) -> Lease:
+    """A new worker, leased to the caller once its browser is up; as the sandbox's user when it has one."""
     directory = settings.workers_dir
     wid = uuid.uuid4().hex[:12]
     files = workerdir.paths(directory, wid)
@@ -186,14 +195,18 @@ def _start(settings: WorkerSettings) -> Lease:
     fcntl.flock(fd, fcntl.LOCK_EX)
     popen = None
     try:
+        home = sandbox.prepare(box, settings)
         with open(files["log"], "ab") as log:
-            popen = subprocess.Popen([sys.executable, "-m", "fleet.scraping.server", str(directory), wid,
-                                      settings.chromium, repr(float(settings.idle_s)), str(settings.max_sources),
-                                      str(settings.node_cache or "")],
-                                     stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                     start_new_session=True, close_fds=True)
+            # the worker removes its own files as it leaves, and locks its lock file to retire
+            sandbox.hand_over_files(box, directory, tmp_lock, files["log"])
+            popen = subprocess.Popen(sandbox.command(box, [
+                sys.executable, "-m", "fleet.scraping.server", str(directory), wid, settings.chromium,
+                repr(float(settings.idle_s)), str(settings.max_sources), str(settings.node_cache or "")]),
+                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, close_fds=True,
+                env=sandbox.worker_env(dict(os.environ), box, home))
         _children[popen.pid] = popen
         files["pid"].write_text(str(popen.pid))
+        sandbox.hand_over_files(box, files["pid"])
         os.replace(tmp_lock, files["lock"])
         deadline = time.monotonic() + settings.startup_s
         while not files["sock"].exists():
@@ -240,7 +253,7 @@ def stop_idle(workers_dir: Path) -> int:
         _stop_worker(workers_dir, wid, stopped)
         os.close(fd)
     _wait_gone(stopped)
-    sweep_tmp(tmp_root(workers_dir))  # the killed workers' browser profiles, and any a worker killed earlier left
+    sweep_all_tmp(workers_dir)  # the killed workers' browser profiles, and any a worker killed earlier left
     return len(stopped)
 
 
@@ -252,7 +265,7 @@ def stop(workers_dir: Path) -> int:
         for pid_file in workers_dir.glob("*.pid"):
             _stop_worker(workers_dir, pid_file.name[:-len(".pid")], stopped)
     _wait_gone(stopped)
-    sweep_tmp(tmp_root(workers_dir))
+    sweep_all_tmp(workers_dir)
     return len(stopped)
 
 

@@ -145,12 +145,12 @@ _SYSTEM_TMP = tempfile.gettempdir()
 MAX_TMPDIR_LEN = 60
 
 
-def tmp_base(owner: Path) -> Path:
-    """Where the processes of ``owner`` (a ``FLEET_HOME/workers`` folder) keep their
-    :func:`private_tmp` folders: a short path in the system's temporary folder, named after ``owner``. Not under
-    ``FLEET_HOME``: a deep ``FLEET_HOME`` would make Chromium's singleton socket path too long."""
+def tmp_base(owner: Path, uid: int | None = None) -> Path:
+    """Where the processes of ``owner`` (a ``FLEET_HOME/workers`` folder) running as ``uid`` (default: this
+    process's) keep their :func:`private_tmp` folders: a short path in the system's temporary folder, named after
+    ``owner``. Not under ``FLEET_HOME``: a deep ``FLEET_HOME`` would make Chromium's singleton socket path too long."""
     digest = hashlib.sha256(str(owner.resolve()).encode()).hexdigest()[:12]
-    return Path(_SYSTEM_TMP) / f"fleet-{os.getuid()}-{digest}"
+    return Path(_SYSTEM_TMP) / f"fleet-{os.getuid() if uid is None else uid}-{digest}"
 
 
 def private_tmp(base: Path) -> Path | None:

@@ -54,25 +54,33 @@ def is_transient(exc: BaseException) -> bool:
     return isinstance(exc, socket.gaierror)
 
 
-def _retry_wait(policy: RetryPolicy, attempt: int, exc: BaseException, transient, log, what: str) -> float | None:
-    """The wait before the next attempt, or None when ``exc`` must be raised (not transient, or attempts used up)."""
+def _retry_wait(policy: RetryPolicy, attempt: int, exc: BaseException, transient, log, what: str,
+                time_left: Callable[[], float] | None = None) -> float | None:
+    """The wait before the next attempt, or None when ``exc`` must be raised (not transient, or attempts used up,
+    or the wait the server asked for (``exc.retry_after``, from Retry-After) is more than ``time_left()``)."""
     if attempt >= policy.attempts or not transient(exc):
         return None
-    wait = policy.wait(attempt)
+    wait = getattr(exc, "retry_after", None)
+    if wait is None:
+        wait = policy.wait(attempt)
+    elif time_left is not None and wait > time_left():
+        return None
     if log is not None:
         log.warning("%s failed transiently (%s); retry %d/%d in %.2fs", what, exc, attempt, policy.attempts - 1, wait)
     return wait
 
 
 async def retry_async(fn: Callable[[], Awaitable[T]], *, policy: RetryPolicy | None = None, log=None,
-                      what: str = "call", transient: Callable[[BaseException], bool] = is_transient) -> T:
-    """Await ``fn()``; on a transient error retry up to ``policy.attempts`` in all. Anything else raises at once."""
+                      what: str = "call", transient: Callable[[BaseException], bool] = is_transient,
+                      time_left: Callable[[], float] | None = None) -> T:
+    """Await ``fn()``; on a transient error retry up to ``policy.attempts`` in all. Anything else raises at once.
+    An error carrying ``retry_after`` (seconds) waits that long instead, if it fits in ``time_left()``."""
     policy = policy or RetryPolicy()
     for attempt in itertools.count(1):  # ends: _retry_wait is None from attempt policy.attempts (>= 1) on
         try:
             return await fn()
         except Exception as exc:
-            wait = _retry_wait(policy, attempt, exc, transient, log, what)
+            wait = _retry_wait(policy, attempt, exc, transient, log, what, time_left)
             if wait is None:
                 raise
             await asyncio.sleep(wait)

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from fleet.scraping import pool
+from fleet.scraping import pool, sandbox
 from fleet.scraping.attempt import Attempt
 from fleet.scraping.procs import group_members, kill_pids, kill_tree, sweep_tmp
 from fleet.scraping.settings import WorkerSettings
@@ -39,14 +39,19 @@ def start(attempt: Attempt, settings: WorkerSettings, warm: bool):
     """The worker for ``attempt`` and how it came (for the log): a leased warm worker that has taken the attempt,
     or a new interpreter for this attempt alone. Raises ``pool.WorkerStartError``."""
     spec_path = attempt.write_spec()
+    box = sandbox.for_attempt(settings, attempt.spec["module_path"])
+    home = sandbox.prepare(box, settings)
+    # the attempt's own folders: its rows, result and progress files (next to earlier attempts'), its evidence
+    sandbox.hand_over(box, attempt.work, Path(attempt.spec["evidence_dir"]))
+    env = sandbox.worker_env(dict(os.environ), box, home)
     if not warm:
-        proc = subprocess.Popen([sys.executable, "-m", "fleet.scraping.worker", str(spec_path)],
+        proc = subprocess.Popen(sandbox.command(box, [sys.executable, "-m", "fleet.scraping.worker", str(spec_path)]),
                                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                text=True, errors="replace", start_new_session=True)
+                                text=True, errors="replace", start_new_session=True, env=env)
         return proc, "a worker of its own"
-    proc = pool.lease(settings)
+    proc = pool.lease(settings, box)
     try:
-        proc.start(spec_path, dict(os.environ), os.getcwd())  # a warm worker takes on this step's world
+        proc.start(spec_path, env, os.getcwd())  # a warm worker takes on this step's world
     except OSError as exc:
         proc.release()
         raise pool.WorkerStartError(f"warm worker {proc.pid} went away before it took the source ({exc})") from exc

@@ -30,12 +30,15 @@ from playwright.async_api import TimeoutError as PlaywrightTimeoutError
 from playwright.async_api import async_playwright
 
 from fleet.config import CHROMIUM_ARGS
-from fleet.errors import NavigationError
+from fleet.errors import BlockedError, NavigationError
 from fleet.scraping.contract import ScrapeContext
 from fleet.scraping.discovery import Source, load_module
+from fleet.scraping.politeness import Politeness
+from fleet.scraping.sandbox import FLAG as SANDBOX_FLAG
 from fleet.scraping.evidence import capture, dump_stacks_on_request, stop_dumping_stacks
 from fleet.scraping.procs import private_tmp
 from fleet.scraping.retry import RetryPolicy
+from fleet.storage import provenance
 from fleet.storage.frames import add_unique, encode_row, validate_row
 
 # How long a Playwright error waits for the browser's own word (its "disconnected" event, the page's "crash", the
@@ -99,7 +102,9 @@ async def open_browser(chromium: str, node_cache: str | None = None):
                                                  exit_path=shlex.quote(str(folder / "exit-status"))))
         recorder.chmod(0o700)
         async with async_playwright() as pw:
-            browser = await pw.chromium.launch(executable_path=str(recorder), headless=True, args=list(CHROMIUM_ARGS))
+            # Chromium's own sandbox when fleet/scraping/sandbox.py found it possible (never as root)
+            browser = await pw.chromium.launch(executable_path=str(recorder), headless=True, args=list(CHROMIUM_ARGS),
+                                               chromium_sandbox=os.environ.get(SANDBOX_FLAG) == "1")
             try:
                 yield OwnBrowser(browser, folder / "exit-status")
             finally:
@@ -139,7 +144,9 @@ async def scrape(own: OwnBrowser, spec: dict) -> dict:
                         deep=spec["deep"], state_dir=work, deadline=deadline,
                         retry=RetryPolicy(**spec.get("retry", {})), logger=log,
                         progress_path=Path(spec.get("progress_path") or work / "last_url.txt"),
-                        step_pid=spec.get("step_pid"))
+                        step_pid=spec.get("step_pid"),
+                        block_markers=tuple(spec.get("block_markers") or ()),
+                        politeness=Politeness(**spec["politeness"], source=source.name) if spec.get("politeness") else None)
     browser = own.browser
     gone = asyncio.Event()  # set when the browser or this source's renderer dies: no page will answer again
 
@@ -162,6 +169,8 @@ async def scrape(own: OwnBrowser, spec: dict) -> dict:
             return failure_result(spec, exc, "infra", "the browser crashed before the source's context opened"
                                   if died else "the browser did not open a context")
         page.on("crash", on_gone)
+        fetched: list = [None]
+        page.on("framenavigated", lambda frame: frame == page.main_frame and fetched.__setitem__(0, provenance.now()))
         # The scraper's clock starts now: browser start-up is fleet's cost, with its own limit in the runner. The
         # import of its module is the source's: a module that hangs or raises at import is the source's failure.
         start = time.monotonic()
@@ -178,19 +187,25 @@ async def scrape(own: OwnBrowser, spec: dict) -> dict:
             try:
                 cls = getattr(load_module(source.module_path), source.class_name)
                 schema, key = dict(cls.schema), tuple(cls.key)
+                ctx.block_markers += tuple(m.lower() for m in getattr(cls, "block_markers", ()) or ())
+                ctx.politeness.declare(getattr(cls, "polite_concurrency", None), getattr(cls, "polite_interval_s", None))
             except (Exception, SystemExit) as exc:
                 raise ScraperImportError(f"source {source.name}: its module {source.module_path} did not import: "
                                          f"{type(exc).__name__}: {exc}") from exc
             imported = True
             ready.write_text(f"{os.getpid()}\n{SCRAPING}\n")  # read by the runner if it has to kill this process
+            rev = provenance.revision(source.module_path)
             with open(spool_path, "a", encoding="utf-8") as spool:
                 try:
                     async for row in cls().scrape(page, ctx):
                         clean = validate_row(source.name, schema, key, row, count)
                         add_unique(source.name, schema, key, seen_keys, clean)  # raises on a conflicting duplicate
-                        spool.write(encode_row(clean) + "\n")
+                        # a row's page: the last navigation of the page's main frame (ctx.goto, a click), if any
+                        stamp = {provenance.FETCHED_AT: fetched[0] or provenance.now(), provenance.SCRAPER_REV: rev}
+                        spool.write(encode_row({**clean, **stamp}) + "\n")
                         spool.flush()
                         count += 1
+                    ctx.rows_stored()  # the scrape ended: the last page's rows are all in the spool
                 except (SystemExit, KeyboardInterrupt) as exc:
                     # The scraper's own: a worker runs in a session of its own, so no Ctrl-C reaches it. Left to
                     # asyncio, it would end the worker itself, and the source fail as infra, retried, without evidence.
@@ -213,7 +228,9 @@ async def scrape(own: OwnBrowser, spec: dict) -> dict:
             infra = died and not closed_by_scraper
             if closed_by_scraper:
                 text += " (the scraper closed the browser itself)"
-            result = {"status": "failed", "category": "infra" if infra else "source",
+            # a site that turned fleet away is neither the scraper's bug nor a crash (fleet/policy/taxonomy.py)
+            category = "infra" if infra else "blocked" if isinstance(exc, BlockedError) else "source"
+            result = {"status": "failed", "category": category,
                       "error": text if str(exc).startswith("source ") else f"source {source.name}: {text}",
                       "error_type": type(exc).__name__, "traceback": traceback.format_exc()}
             if isinstance(exc, NavigationError):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import glob
 import os
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -142,6 +143,19 @@ class S3ArtifactStore(ArtifactStore):
             self.fs.rm_file(probe)
         except Exception as exc:
             raise FleetError(f"{STORE_SETTING}={self.url}: the store cannot be written{where}: {_one_line(exc)}") from None
+
+    def remove(self, week: str, key: str) -> int:
+        size = self.size(week, key)
+        if size or self.fs.exists(self._path(week, key)):
+            self.fs.rm(self._path(week, key), recursive=True)
+        shutil.rmtree(self.local_dir(week, key), ignore_errors=True)
+        return size
+
+    def size(self, week: str, key: str) -> int:
+        try:
+            return int(self.fs.du(self._path(week, key)))
+        except FileNotFoundError:
+            return 0
 
     def read_location(self, location: str) -> bytes:
         if not location.startswith("s3://"):

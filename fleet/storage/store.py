@@ -99,6 +99,14 @@ class ArtifactStore(abc.ABC):
         where the UI can reach them; returns it with their new locations. Local: they already are."""
         return evidence
 
+    @abc.abstractmethod
+    def remove(self, week: str, key: str) -> int:
+        """Delete the artifact or folder at ``key`` (retention, ``fleet gc``); returns the bytes it held."""
+
+    @abc.abstractmethod
+    def size(self, week: str, key: str) -> int:
+        """Bytes held at ``key`` (a file, or everything under a folder); 0 when there is nothing."""
+
     # Conveniences every store shares.
     def workdir(self, week: str, key: str) -> Path:
         """A host-local scratch folder for this week's ``key`` (spools, checkpoints), created."""
@@ -227,6 +235,24 @@ class LocalArtifactStore(ArtifactStore):
         if not base.is_dir():
             return []
         return sorted(str(p.relative_to(self.root / week)) for p in base.iterdir() if not p.name.startswith("."))
+
+    def remove(self, week: str, key: str) -> int:
+        p = self.path(week, key)
+        if p.is_dir():
+            size = sum(f.stat().st_size for f in p.rglob("*") if f.is_file())
+            shutil.rmtree(p, ignore_errors=True)
+            return size
+        if p.exists():
+            size = p.stat().st_size
+            p.unlink(missing_ok=True)
+            return size
+        return 0
+
+    def size(self, week: str, key: str) -> int:
+        p = self.path(week, key)
+        if p.is_dir():
+            return sum(f.stat().st_size for f in p.rglob("*") if f.is_file())
+        return p.stat().st_size if p.exists() else 0
 
     def weeks(self) -> list[str]:
         if not self.root.is_dir():

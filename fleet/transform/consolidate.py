@@ -5,6 +5,7 @@ from __future__ import annotations
 import polars as pl
 
 from fleet.lifecycle import carry as carrying
+from fleet.quality import gate
 from fleet.storage import store as keys
 from fleet.storage.store import ArtifactStore
 
@@ -26,17 +27,26 @@ def consolidate(store: ArtifactStore, week: str, sources: list[str], carry: dict
     latest attempt's failure, which is still the source's status. Dropping them would take them out of the week's
     next raw commit.
 
+    A source the quality gate holds (fleet/quality/gate.py) is left out, as a failed one is, under ``held``; one
+    released from it is included and listed under ``released`` with its note.
+
     Returns a summary: included sources with row counts, kept ones, missing sources with why, the included ones
     scraped into this (past) week under ``fleet/force=true`` with the date they were scraped on, and total rows.
     A missing source named in ``carry`` (name -> its carry_forward_weeks) may contribute its last good week's rows,
     listed under ``carried`` (fleet/lifecycle/carry.py); every row has a ``stale_since`` column, null when fresh."""
     outcomes = week_outcomes(store, week, sources)
-    included, kept, missing, forced, frames = {}, {}, {}, {}, []
+    included, kept, missing, forced, held, released, frames = {}, {}, {}, {}, {}, {}, []
     for name, rec in sorted(outcomes.items()):  # sources in name order: the file is deterministic without a sort
         taken, from_earlier = keys.consolidated_outcome(store, week, name)
         if taken is None:
             missing[name] = {"status": rec.get("status"), "category": rec.get("category"), "error": rec.get("error")}
             continue
+        judged = gate.verdict(store, week, name, taken)
+        if judged and judged[0] == "held":
+            held[name] = judged[1]
+            continue
+        if judged:
+            released[name] = {"note": judged[1].get("note", ""), "checks": judged[1].get("checks", [])}
         if from_earlier:
             kept[name] = {"status": rec.get("status"), "category": rec.get("category"), "error": rec.get("error"),
                           "rows_from_run": taken.get("run_id"), "rows_from_attempt": taken.get("attempt")}
@@ -48,7 +58,7 @@ def consolidate(store: ArtifactStore, week: str, sources: list[str], carry: dict
     frames += stale
     total = sum(included.values()) + sum(c["rows"] for c in carried.values())
     summary = {"week": week, "included": included, "kept": kept, "missing": missing, "forced": forced, "rows": total,
-               "carried": carried}
+               "carried": carried, "held": held, "released": released}
     if total == 0:
         return summary
     lf = pl.concat(frames, how="diagonal_relaxed")

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import polars as pl
 
+from fleet.storage import provenance
 from fleet.storage import store as keys
 from fleet.storage.store import ArtifactStore
 
@@ -14,7 +15,8 @@ def post_process(store: ArtifactStore, week: str) -> int:
     lf = store.scan_parquet(week, keys.CONSOLIDATED_KEY)
     schema = lf.collect_schema()
     strings = [c for c, t in schema.items() if t == pl.String and c != "source"]
-    data_cols = [c for c in schema.names() if c != "source"]
+    # provenance differs between two sources' copies of one row, and between weeks: not part of a row's identity
+    data_cols = [c for c in schema.names() if c != "source" and c not in provenance.COLUMNS]
     lf = (
         lf.with_columns([pl.col(c).str.strip_chars().str.replace_all(r"\s+", " ") for c in strings])
         # the same row reported by several sources is kept once, attributed to the first source by name

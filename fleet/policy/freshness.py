@@ -1,0 +1,103 @@
+"""The dead-man's switch: has the last due week's raw commit landed in the data repository (not the Dagster
+instance) by its deadline? Meant to run outside fleet's daemon (cron elsewhere, CI on the data repository)."""
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import re
+from pathlib import Path
+
+from fleet.errors import FleetError
+
+# GitPython and the data repository are imported where they are used: ``config.settings()`` checks the deadline
+# setting through this module before anything runs, and must not import git for it.
+
+DAYS = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
+SETTING = "FLEET_FRESHNESS_DEADLINE"
+DEFAULT = "mon 12:00"
+_RE = re.compile(r"^\s*([a-z]{3})[a-z]*\s+(\d{1,2}):(\d{2})\s*$", re.I)
+
+
+@dataclasses.dataclass(frozen=True)
+class Deadline:
+    """A weekday and UTC time in the week after the week whose raw commit is due (``mon 12:00``: the Monday
+    after the week that ended on Sunday)."""
+
+    day: int
+    hour: int
+    minute: int
+
+    def of(self, week: dt.date) -> dt.datetime:
+        day = week + dt.timedelta(days=7 + self.day)
+        return dt.datetime(day.year, day.month, day.day, self.hour, self.minute, tzinfo=dt.timezone.utc)
+
+
+def parse_deadline(raw: str | None, setting: str = SETTING) -> Deadline:
+    text = (raw or "").strip() or DEFAULT
+    m = _RE.match(text)
+    day = DAYS.index(m.group(1).lower()) if m and m.group(1).lower() in DAYS else None
+    if m is None or day is None or int(m.group(2)) > 23 or int(m.group(3)) > 59:
+        raise FleetError(f"{setting} must be a weekday and a UTC time in the week after the week, such as "
+                         f"'mon 12:00', got {raw!r}")
+    return Deadline(day, int(m.group(2)), int(m.group(3)))
+
+
+def due_week(now: dt.datetime, deadline: Deadline) -> dt.date:
+    """The newest week whose deadline has passed at ``now``."""
+    week = now.date() - dt.timedelta(days=now.weekday() + 7)
+    while deadline.of(week) > now:
+        week -= dt.timedelta(days=7)
+    return week
+
+
+def committed_weeks(repo, cache: Path) -> list[str]:
+    """The weeks with a raw commit on the remote branch (``<prefix><week>/raw.parquet``), from a shallow fetch of
+    its tip into ``cache``: trees only, no LFS object is read. A remote git cannot read is a FleetError."""
+    import git
+
+    from fleet.publish.remote import failure
+
+    remote = repo.parsed()
+    cache.mkdir(parents=True, exist_ok=True)
+    runner = remote.command(cache)
+    try:
+        if not (cache / "HEAD").exists():
+            runner.init("-q", "--bare", str(cache))
+        out = runner.ls_remote(remote.url, f"refs/heads/{repo.branch}")
+        if not out:
+            return []
+        runner.fetch("-q", "--depth=1", "--no-tags", remote.url, f"+refs/heads/{repo.branch}:refs/fleet/freshness")
+        names = runner.ls_tree("-r", "--name-only", "refs/fleet/freshness", "--", repo.prefix)
+    except git.CommandError as exc:
+        raise FleetError(f"cannot read the data repository {repo.redactor()(remote.url)} branch {repo.branch}: "
+                         f"{repo.redactor()(failure(exc))}") from None
+    pattern = re.compile(re.escape(repo.prefix) + r"(\d{4}-\d{2}-\d{2})/raw\.parquet$")
+    return sorted(m.group(1) for m in map(pattern.match, names.splitlines()) if m)
+
+
+def check(repo, home: Path, now: dt.datetime, deadline: Deadline, *, start_week: str,
+          webhook: str | None, echo) -> int:
+    """0 when the due week's raw commit is in the data repository (or no week is due yet), else 1 with one alert
+    per missed week (the alert ledger under ``home`` remembers the weeks already alerted)."""
+    from fleet.quality import alerts as alerting
+
+    week = due_week(now, deadline)
+    if week.isoformat() < start_week:
+        echo(f"fresh: no week is due yet (the first week, {start_week}, is due {deadline.of(dt.date.fromisoformat(start_week)):%Y-%m-%d %H:%M} UTC)")
+        return 0
+    due = deadline.of(week)
+    try:
+        weeks = committed_weeks(repo, home / "freshness" / "remote.git")
+        problem = None if week.isoformat() in weeks else (
+            f"no raw commit for week {week} in the data repository by its deadline {due:%Y-%m-%d %H:%M} UTC; "
+            + (f"the last week committed is {weeks[-1]}" if weeks else "no week is committed"))
+    except FleetError as exc:
+        weeks, problem = [], f"week {week} is due by {due:%Y-%m-%d %H:%M} UTC, but {exc}"
+    if problem is None:
+        echo(f"fresh: week {week}'s raw commit is in the data repository (due {due:%Y-%m-%d %H:%M} UTC)")
+        return 0
+    alert = alerting.Alert(source=None, week=week.isoformat(), check="freshness", severity="ERROR", category=None,
+                           message=problem, evidence={}, last_good_week=weeks[-1] if weeks else None)
+    sent = alerting.deliver([alert], home, webhook=webhook or "")
+    echo(f"STALE: {problem}" + ("" if sent else " (already alerted)"))
+    return 1

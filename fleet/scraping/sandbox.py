@@ -1,0 +1,174 @@
+"""The browser sandbox: when fleet runs as root, scrape workers (scraper code, Playwright's driver and Chromium) run
+as an unprivileged user (``FLEET_SANDBOX_USER``, default ``nobody``) with Chromium's own sandbox on; as any other
+user, Chromium's sandbox is on. Where that cannot be (no such user, the kernel allows no user namespaces, the
+user cannot reach FLEET_HOME or the scrapers), workers run as today and :func:`current` says why, for fleet to
+say once at start. Workers never get the data repository's token (FLEET_GIT_TOKEN)."""
+from __future__ import annotations
+
+import dataclasses
+import os
+import pwd
+import shutil
+import subprocess
+from pathlib import Path
+
+from fleet.scraping.procs import tmp_base
+
+SETTING = "FLEET_SANDBOX_USER"
+SECRETS = ("FLEET_GIT_TOKEN",)   # only the processes that commit may read these
+FLAG = "FLEET_CHROMIUM_SANDBOX"  # set in a worker's environment: launch Chromium with its sandbox on
+
+
+@dataclasses.dataclass(frozen=True)
+class Sandbox:
+    uid: int | None = None       # the user workers run as (None: this process's own)
+    gid: int | None = None
+    user: str | None = None
+    chromium_sandbox: bool = False
+    off: str | None = None       # why the sandbox is off, or None
+
+    @property
+    def switches_user(self) -> bool:
+        return self.uid is not None
+
+
+_current: dict[tuple, Sandbox] = {}
+
+
+def _as(user: dict) -> list[str]:
+    """The command prefix that runs a program as ``user`` (``{"user": uid, "group": gid}``; empty: as this one):
+    util-linux's ``setpriv``, which drops every supplementary group and capability before it executes it."""
+    if not user:
+        return []
+    return ["setpriv", f"--reuid={user['user']}", f"--regid={user['group']}", "--clear-groups", "--"]
+
+
+def _userns_ok(user: dict) -> bool:
+    """Whether ``user`` may create the user, PID and network namespaces Chromium's sandbox needs."""
+    if shutil.which("unshare") is None or (user and shutil.which("setpriv") is None):
+        return False
+    try:
+        return subprocess.run([*_as(user), "unshare", "--user", "--pid", "--net", "--fork", "true"],
+                              capture_output=True, timeout=10).returncode == 0
+    except (OSError, subprocess.SubprocessError):
+        return False
+
+
+_REACH = "import os, sys, fleet; print(' '.join(p for p in sys.argv[1:] if not os.access(p, os.R_OK | os.X_OK)))"
+
+
+def _reachable(user: dict, paths: list[Path]) -> list[str]:
+    """The ``paths`` the workers' interpreter, run as ``user``, cannot read and enter (all of them, if it cannot
+    start or import fleet)."""
+    import sys
+
+    try:
+        out = subprocess.run([*_as(user), sys.executable, "-c", _REACH, *map(str, paths)], capture_output=True,
+                             text=True, timeout=30, env={**os.environ, "HOME": "/"})
+    except (OSError, subprocess.SubprocessError) as exc:
+        return [f"its Python ({exc})"]
+    if out.returncode != 0:
+        return [f"its Python {sys.executable} and fleet"]
+    return out.stdout.split()
+
+
+def current(home: Path, scraper_dirs: list[Path]) -> Sandbox:
+    """How this host's workers run, decided once per process."""
+    name = os.environ.get(SETTING, "").strip() or "nobody"
+    cache_key = (name, str(home), tuple(map(str, scraper_dirs)))
+    if cache_key in _current:
+        return _current[cache_key]
+    if os.geteuid() != 0:
+        box = (Sandbox(chromium_sandbox=True) if _userns_ok({}) else
+               Sandbox(off="the kernel allows no unprivileged user namespaces, which Chromium's sandbox needs"))
+    elif name == "off":
+        box = Sandbox(off=f"{SETTING}=off")
+    else:
+        try:
+            entry = pwd.getpwnam(name)
+        except KeyError:
+            entry = None
+        user = {"user": entry.pw_uid, "group": entry.pw_gid, "extra_groups": []} if entry else {}
+        blocked = _reachable(user, [home, *scraper_dirs]) if entry else []
+        if entry is None:
+            box = Sandbox(off=f"there is no user {name!r} ({SETTING}) to run scrape workers as")
+        elif not _userns_ok(user):
+            box = Sandbox(off=f"the kernel allows user {name} no user namespaces, which Chromium's sandbox needs")
+        elif blocked:
+            box = Sandbox(off=f"user {name} ({SETTING}) cannot reach {', '.join(blocked)}")
+        else:
+            box = Sandbox(uid=entry.pw_uid, gid=entry.pw_gid, user=name, chromium_sandbox=True)
+    _current[cache_key] = box
+    return box
+
+
+def describe(box: Sandbox) -> str | None:
+    """The one line fleet says at start when the sandbox is off, else None."""
+    if box.off is None:
+        return None
+    return f"fleet: the browser sandbox is off ({box.off}); scrape workers and Chromium run as " \
+           f"{'root with --no-sandbox' if os.geteuid() == 0 else 'this user with --no-sandbox'}"
+
+
+def worker_env(env: dict, box: Sandbox, home_dir: Path | None = None) -> dict:
+    """A worker's environment: ``env`` without fleet's secrets, with the sandbox flag, and a HOME the worker's
+    user can write (``home_dir``) when it switches users."""
+    out = {k: v for k, v in env.items() if k not in SECRETS}
+    out.pop(FLAG, None)
+    if box.chromium_sandbox:
+        out[FLAG] = "1"
+    if box.switches_user and home_dir is not None:
+        out["HOME"] = str(home_dir)
+    return out
+
+
+def command(box: Sandbox, argv: list[str]) -> list[str]:
+    """``argv`` run as the workers' user (through ``setpriv``), or as it is."""
+    return [*_as({"user": box.uid, "group": box.gid}), *argv] if box.switches_user else list(argv)
+
+
+def hand_over(box: Sandbox, *paths: Path) -> None:
+    """Give ``paths`` (and everything under them) to the workers' user, creating missing folders, so a worker
+    running as that user can write there."""
+    if not box.switches_user:
+        return
+    for top in paths:
+        top = Path(top)
+        top.mkdir(parents=True, exist_ok=True)
+        for p in [top, *top.rglob("*")]:
+            try:
+                os.chown(p, box.uid, box.gid, follow_symlinks=False)
+            except FileNotFoundError:
+                pass
+
+
+def hand_over_files(box: Sandbox, *paths: Path) -> None:
+    """Give single files or folders (not what is under them) to the workers' user."""
+    if box.switches_user:
+        for p in paths:
+            os.chown(p, box.uid, box.gid, follow_symlinks=False)
+
+
+def _hand_over_once(box: Sandbox, folder: Path) -> None:
+    """:func:`hand_over` a folder the workers keep using (a cache, the politeness locks), unless already theirs."""
+    folder.mkdir(parents=True, exist_ok=True)
+    if folder.stat().st_uid != box.uid:
+        hand_over(box, folder)
+
+
+def prepare(box: Sandbox, settings) -> Path | None:
+    """Ready what every worker of ``settings`` writes besides its attempt's folders (its temporary and home
+    folders, Node's compile cache, the politeness locks) for the sandbox's user; returns the workers' HOME."""
+    if not box.switches_user:
+        return None
+    home = settings.workers_dir / "home"
+    for folder in (home, tmp_base(settings.workers_dir, box.uid), settings.workers_dir.parent / "politeness",
+                   *([Path(settings.node_cache)] if settings.node_cache else [])):
+        _hand_over_once(box, folder)
+    hand_over_files(box, settings.workers_dir)
+    return home
+
+
+def for_attempt(settings, module_path: Path) -> Sandbox:
+    """The sandbox of a source's workers: ``current`` for this host's FLEET_HOME and the source's folder."""
+    return current(settings.workers_dir.parent, [Path(module_path).parent])
