@@ -29,7 +29,8 @@ def test_each_commit_says_what_changed_since_the_previous_committed_week(fleet_e
     res = run_fleet(env, "demo", "--week", W1, "--force")
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     first = log(fleet_env.remote)[1]["message"]
-    assert "Changes no previous committed week: every row is added" in first and "jobs +35 -0 ~0" in first, first
+    assert "Changes with no previous committed week (+added -removed ~changed by natural key" in first, first
+    assert "jobs +35 -0 ~0" in first, first
 
     set_mode(state, "jobs", "volume_collapse")  # 2 of the 35 jobs are left
     res = run_fleet(env, "demo", "--week", W2, "--force")

@@ -21,9 +21,9 @@ def _two_at_once(home, tmp_path, monkeypatch, names, latency_ms=0):
     """Two sources of GOTOS scraping the demo sites at once; the server's (start, end) of each /books request."""
     with DemoSites(latency_ms=latency_ms) as sites:
         monkeypatch.setenv("FLEET_DEMO_URL", sites.url)
+        sources = [scraper(tmp_path, n, GOTOS, module=IMPORT) for n in names]  # before: discovery reads the folder
         outs = {}
-        threads = [threading.Thread(target=lambda n=n: outs.__setitem__(n, run(home, scraper(tmp_path, n, GOTOS, module=IMPORT))[0]))
-                   for n in names]
+        threads = [threading.Thread(target=lambda s=s: outs.__setitem__(s.name, run(home, s)[0])) for s in sources]
         for t in threads:
             t.start()
         for t in threads:

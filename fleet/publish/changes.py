@@ -102,8 +102,8 @@ def message_lines(summary: dict) -> list[str]:
     moved = sorted(sources, key=lambda n: (-(sources[n]["added"] + sources[n]["removed"] + sources[n]["changed"]), n))
     shown = [f"{n} {_figures(sources[n])}" for n in moved[:MESSAGE_SOURCES]]
     more = f", and {len(moved) - MESSAGE_SOURCES} more" if len(moved) > MESSAGE_SOURCES else ""
-    against = f"against week {prev}" if prev else "no previous committed week: every row is added"
-    return [f"Changes {against} (added/removed/changed by natural key; CHANGES.md): "
+    against = f"against week {prev}" if prev else "with no previous committed week"
+    return [f"Changes {against} (+added -removed ~changed by natural key, all in CHANGES.md): "
             + (", ".join(shown) or "no rows") + more]
 
 
