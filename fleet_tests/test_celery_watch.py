@@ -61,3 +61,24 @@ def test_a_silent_worker_loses_its_tasks_of_the_run_and_no_other():
     assert any(m.startswith("fleet: celery worker a@h answered nothing") for m in messages), messages
     watch.poll(now=100)  # a worker declared gone is not failed twice
     assert len(app.revoked) == 2 and watch.held == {}
+
+
+def test_a_task_its_worker_dropped_without_a_result_is_failed_after_the_same_wait():
+    instance = DagsterInstance.ephemeral()
+    run = instance.get_run_by_id(tiny.execute_in_process(instance=instance).run_id)
+    app = FakeApp()
+    app.active = {"a@h": [_task("t1", run.run_id, "raw__one")]}
+    app.reserved = {"a@h": [_task("t2", run.run_id, "raw__two")]}
+    watch = WorkerWatch(app, instance, run, lost_after_s=30)
+    watch.poll(now=0)
+    app.reserved = {"a@h": []}  # the broker restarted: a answers, still runs t1, and has dropped t2
+    watch.poll(now=10)
+    watch.poll(now=39)
+    assert app.revoked == []
+    watch.poll(now=41)
+    assert app.revoked == ["t2"] and "dropped its task for step raw__two" in app.marked[0][1]
+    assert set(watch.held) == {"t1"}  # still listed: left alone
+    app.done.add("t1")
+    app.active = {"a@h": []}
+    watch.poll(now=100)  # finished with a result: not a vanished task
+    assert app.revoked == ["t2"] and watch.held == {}

@@ -4,7 +4,9 @@ Stock dagster-celery never notices a worker that died: the executor polls each s
 worker's results never come, and the run waits for ever holding its pool slots. :class:`WorkerWatch` supplies
 the detection from the run's side, through Celery's public control API: it pings the workers, learns which of
 them hold this run's tasks (active or prefetched), and when one holding tasks has answered nothing for
-``FLEET_WORKER_LOST_S``, it revokes those tasks and records them as revoked in the result backend. The executor
+``FLEET_WORKER_LOST_S``, it revokes those tasks and records them as revoked in the result backend. So it does
+for a task that a worker still answering stopped listing without a result (a broker restart drops a task a
+worker had taken but not started, and Redis redelivers it only after its visibility timeout). The executor
 then sees them end, the run finishes with those steps interrupted or never started (``infra``), and fleet's
 follow-up re-executes them on the workers that live, within ``FLEET_CRASH_RERUNS``. Tasks on other workers are
 left alone.
@@ -103,6 +105,7 @@ class WorkerWatch:
         self.lost_after_s, self.poll_s = lost_after_s, poll_s
         self.held: dict[str, tuple[str, str]] = {}   # task id -> (worker, step key)
         self.last_seen: dict[str, float] = {}
+        self.missing_since: dict[str, float] = {}  # task id -> when its worker, still answering, stopped listing it
         self.lost: set[str] = set()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name=f"fleet-worker-watch-{run.run_id[:8]}", daemon=True)
@@ -124,9 +127,11 @@ class WorkerWatch:
         inspect = self.app.control.inspect(timeout=min(3.0, self.lost_after_s / 3))
         now = time.monotonic() if now is None else now
         answered: set[str] = set()
+        listing_ids: list[str] = []
         for listing in (inspect.active(), inspect.reserved()):
             for worker, tasks in (listing or {}).items():
                 answered.add(worker)
+                listing_ids += [t.get("id") for t in tasks or ()]
                 for task in tasks or ():
                     step = _step_of(task, self.run.run_id)
                     if step is not None and task.get("id") and worker not in self.lost:
@@ -135,22 +140,40 @@ class WorkerWatch:
             self.last_seen[worker] = now
         for task_id in [t for t in self.held if self.app.AsyncResult(t).ready()]:
             del self.held[task_id]
+            self.missing_since.pop(task_id, None)
         for worker in {w for w, _ in self.held.values()} - answered:
             silent = now - self.last_seen.get(worker, now)
             if silent >= self.lost_after_s:
                 self.fail_worker(worker, silent)
+        # A worker that answers but no longer lists a task it held, whose result never came: the task is gone.
+        # A broker restart does this to a task a worker had taken but not started: the worker drops it, and
+        # Redis gives it back only after its visibility timeout (an hour).
+        listed = set(listing_ids)
+        for task_id, (worker, step) in list(self.held.items()):
+            if worker not in answered or task_id in listed:
+                self.missing_since.pop(task_id, None)
+                continue
+            since = self.missing_since.setdefault(task_id, now)
+            if now - since >= self.lost_after_s:
+                self.fail_tasks({task_id: step}, f"celery worker {worker} dropped its task for step {step} without a "
+                                f"result (gone from its tasks for {now - since:.0f} s, FLEET_WORKER_LOST_S="
+                                f"{self.lost_after_s:g}; a broker restart does this): infra")
 
     def fail_worker(self, worker: str, silent: float) -> None:
         tasks = {t: step for t, (w, step) in self.held.items() if w == worker}
-        why = (f"celery worker {worker} answered nothing for {silent:.0f} s (FLEET_WORKER_LOST_S="
-               f"{self.lost_after_s:g}): it is gone, and so are its steps {', '.join(sorted(tasks.values()))} (infra)")
         self.lost.add(worker)
+        self.fail_tasks(tasks, f"celery worker {worker} answered nothing for {silent:.0f} s (FLEET_WORKER_LOST_S="
+                               f"{self.lost_after_s:g}): it is gone, and so are its steps "
+                               f"{', '.join(sorted(tasks.values()))} (infra)")
+
+    def fail_tasks(self, tasks: dict[str, str], why: str) -> None:
         for task_id in tasks:
             # revoked for every worker (a redelivered message is dropped), and ended in the backend, which is
             # what the executor polls
             self.app.control.revoke(task_id)
             self.app.backend.mark_as_revoked(task_id, reason=why)
-            del self.held[task_id]
+            self.held.pop(task_id, None)
+            self.missing_since.pop(task_id, None)
         with contextlib.suppress(Exception):
             self.instance.report_engine_event(f"fleet: {why}", self.run)
 
