@@ -64,7 +64,6 @@ def run_week(week: str, sources: tuple[str, ...] = (), deep: tuple[str, ...] = (
     from fleet.storage.open import check_store
 
     s = settings()
-    say_sandbox(s.home, echo)
     # Refused before the week is scraped: a bad FLEET_DATA_BRANCH or FLEET_DATA_PREFIX, a FLEET_DATA_REMOTE that is a
     # file or a folder of something else, no Chromium (each worker would fail as infra, the source named but not
     # the cause).
@@ -101,6 +100,7 @@ def run_week(week: str, sources: tuple[str, ...] = (), deep: tuple[str, ...] = (
                              tags={**base_tags, **request.tags}, asset_selection=request.asset_selection)
         return instance.get_run_by_id(result.run_id)
 
+    say_sandbox(s.home, echo)  # after every refusal: a bad setting is the one line a refused run prints
     reap_orphaned_runs(instance, week, echo)
     where = f"on the workers of {s.celery_broker}" if s.executor == "celery" else "on this machine"
     echo(f"fleet: scraping week {week} ({len(sources or names)} sources, at most {s.max_parallel} at once, {where})")

@@ -48,7 +48,7 @@ def test_kill_9_at_any_point_then_rerun_gives_the_uninterrupted_result(fleet_env
     res = run_fleet(env, "run", "--week", WEEK, "--force")
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     frame = committed_frame(fleet_env.remote, f"data/{WEEK}/raw.parquet")
-    assert sorted(frame.drop("fetched_at", "scraper_rev").rows()) == sorted((src, i, __import__("datetime").date(2026, 11, 16))
+    assert sorted(frame.select("source", "id", "week").rows()) == sorted((src, i, __import__("datetime").date(2026, 11, 16))
                                           for src in ("steady", "steady_two") for i in (1, 2, 3))
     subjects = [c["subject"] for c in log(fleet_env.remote) if c["subject"].startswith("fleet:")]
     assert subjects == [f"fleet: processed rows for week {WEEK}", f"fleet: raw rows for week {WEEK}"]

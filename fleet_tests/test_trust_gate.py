@@ -4,6 +4,8 @@ stored, and `fleet release` commits them with a note."""
 import polars as pl
 
 from fleet.demo.sites import set_mode
+from fleet.storage import store as keys
+from fleet.storage.store import LocalArtifactStore
 from fleet_tests.conftest import committed_frame, run_fleet
 from fleet_tests.trust import demo_env
 from fleet_tests.gitremote import log
@@ -30,7 +32,8 @@ def test_a_source_failing_a_blocking_check_is_held_and_released(fleet_env):
     assert "books (24 rows: coverage: selector rot suspected" in raw["message"]
     assert set(committed_frame(fleet_env.remote, f"data/{W}/raw.parquet")["source"]) == {"stocks"}
     # the held rows stay in the artifact store
-    stored = pl.read_parquet(fleet_env.home / "artifacts" / W / "raw" / "jobs.parquet")
+    store = LocalArtifactStore(fleet_env.home / "artifacts")
+    stored = store.read_parquet(W, keys.rows_key(keys.read_outcome(store, W, "jobs")))
     assert stored.height == 2
 
     bad = run_fleet(env, "release", "stocks", "--week", W)

@@ -47,8 +47,8 @@ class S3ArtifactStore(ArtifactStore):
                                                    "retries": {"max_attempts": 3, "mode": "standard"}})
 
     def _path(self, week: str, key: str) -> str:
-        parts = [p for p in f"{week}/{key}".split("/") if p]
-        if any(p in (".", "..") for p in parts) or not week:
+        parts = [p for p in f"{week}/{key}".split("/") if p and p != "."]  # "." is the week itself
+        if any(p == ".." for p in parts) or not week:
             raise ValueError(f"artifact key {key!r} escapes the store")
         return f"{self.base}/{'/'.join(parts)}"
 
