@@ -678,7 +678,9 @@ def worker(concurrency, name):
         celery.check_broker(s, need_workers=False)
         from fleet.defs.instance import get_instance
 
-        get_instance(s)  # the instance the steps report to: refused now if Postgres cannot be reached
+        # the instance the steps report to: refused now if Postgres cannot be reached. Its run settings (the pool
+        # limit, the run queue) are the business of the host that runs the weeks, not of a worker
+        get_instance(s, check=False)
         node = celery.worker_name(name)
         os.environ["FLEET_WORKER_NAME"] = node  # each step's metadata names the host and worker that ran it
         import fleet.defs.definitions  # noqa: F401  the pool's processes fork with the definitions in memory

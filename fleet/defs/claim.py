@@ -8,6 +8,8 @@ A run that is not the oldest stops before any step, tagged :data:`SUPERSEDED_TAG
 follow-up policy never re-executes it (fleet/policy/followup.py)."""
 from __future__ import annotations
 
+import json
+
 from dagster import DagsterRunStatus, RunsFilter
 
 from fleet.errors import FleetError
@@ -34,8 +36,6 @@ def holder(instance, run) -> str | None:
     where = ""
     worker = other.tags.get("fleet/run_worker")
     if worker:
-        import json
-
         try:
             who = json.loads(worker)
             where = f" on host {who.get('host')} (pid {who.get('pid')})"
