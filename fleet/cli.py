@@ -75,11 +75,11 @@ def run_week(week: str, sources: tuple[str, ...] = (), deep: tuple[str, ...] = (
         raise FleetError("no FLEET_SCRAPERS_DIR is set, and the bundled demo scrapers need the demo sites: "
                          "use `fleet demo`, or point FLEET_SCRAPERS_DIR at your scrapers")
     if s.executor == "celery":
-        from fleet.defs.celery import check_broker
+        from fleet.defs.celery import check_broker, check_workers
 
-        check_broker(s, need_workers=False)
+        check_broker(s)
         instance = get_instance(s)
-        check_broker(s, need_workers=True)  # else every step would wait in the queue for a worker
+        check_workers(s)  # else every step would wait in the queue for a worker
     else:
         warm_forkserver()
         instance = get_instance(s)
@@ -626,7 +626,7 @@ def ui(port, demo):
     if s.executor == "celery":  # the runs it launches queue their steps there; workers may start later
         from fleet.defs.celery import check_broker
 
-        check_broker(s, need_workers=False)
+        check_broker(s)
     # `dagster dev` runs in the checkout; its code server and runs must use this home, as this process does
     os.environ["FLEET_HOME"] = str(s.home)
     use_demo = demo if demo is not None else not os.environ.get("FLEET_SCRAPERS_DIR")
@@ -675,7 +675,7 @@ def worker(concurrency, name):
         from fleet.storage.open import check_store
 
         check_store(_store())  # the steps' rows, checkpoints and evidence go there
-        celery.check_broker(s, need_workers=False)
+        celery.check_broker(s)
         from fleet.defs.instance import get_instance
 
         # the instance the steps report to: refused now if Postgres cannot be reached. Its run settings (the pool

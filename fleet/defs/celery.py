@@ -49,36 +49,37 @@ def app_args(s: Settings) -> dict:
     """The Celery app arguments of dagster-celery's executor for ``s``."""
     from dagster_celery.executor import CeleryExecutor
 
-    return CeleryExecutor.for_cli(broker=s.celery_broker, backend=s.celery_backend or s.celery_broker,
+    return CeleryExecutor.for_cli(broker=s.celery_broker, backend=s.celery_backend,
                                   config_source=dict(CELERY_CONF)).app_args()
 
 
 def executor_config(s: Settings) -> dict:
     """dagster-celery's executor config (``celery_executor.configured``) for ``s``."""
-    return {"broker": s.celery_broker, "backend": s.celery_backend or s.celery_broker, "config_source": dict(CELERY_CONF)}
+    return {"broker": s.celery_broker, "backend": s.celery_backend, "config_source": dict(CELERY_CONF)}
 
 
 def control_app(s: Settings):
     """A plain Celery app on the same broker and backend: for pings, inspection and revocation."""
     from celery import Celery
 
-    app = Celery("fleet-control", broker=s.celery_broker, backend=s.celery_backend or s.celery_broker)
+    app = Celery("fleet-control", broker=s.celery_broker, backend=s.celery_backend)
     app.conf.update(CELERY_CONF)
     return app
 
 
-def check_broker(s: Settings, *, need_workers: bool) -> list[str]:
-    """Refuse, in one line naming the setting, a broker that cannot be reached; with ``need_workers``, also one
-    on which no `fleet worker` answers (steps would wait in the queue for ever). Returns the workers' names."""
-    app = control_app(s)
+def check_broker(s: Settings) -> None:
+    """Refuse, in one line naming the setting, a broker that cannot be reached."""
     try:
-        with app.connection_for_write() as conn:
+        with control_app(s).connection_for_write() as conn:
             conn.ensure_connection(max_retries=2, interval_start=0.2, interval_step=0.5, timeout=5)
     except Exception as exc:
         raise FleetError(f"FLEET_CELERY_BROKER={s.celery_broker} cannot be reached: {exc}") from None
-    if not need_workers:
-        return []
-    replies = app.control.ping(timeout=3.0) or []
+
+
+def check_workers(s: Settings) -> list[str]:
+    """The names of the `fleet worker`s answering on the broker; refused in one line when none does (a run's
+    steps would wait in the queue for ever)."""
+    replies = control_app(s).control.ping(timeout=3.0) or []
     names = sorted(name for reply in replies for name in reply)
     if not names:
         raise FleetError(f"no `fleet worker` answers on FLEET_CELERY_BROKER={s.celery_broker}: start one (README, "
@@ -188,7 +189,7 @@ def worker_name(name: str | None) -> str:
     return name or f"fleet-{os.getpid()}@{socket.gethostname()}"
 
 
-def worker_main(s: Settings, concurrency: int, name: str | None, queues: str = QUEUE, loglevel: str = "INFO") -> None:
+def worker_main(s: Settings, concurrency: int, node: str, queues: str = QUEUE, loglevel: str = "INFO") -> None:
     """Run a Celery worker for fleet's definitions until it is stopped (``fleet worker``, which loads the
     definitions first, so the pool's processes fork with them in memory)."""
     from dagster_celery.make_app import make_app
@@ -196,5 +197,5 @@ def worker_main(s: Settings, concurrency: int, name: str | None, queues: str = Q
 
     app = make_app(app_args(s))
     create_task(app)
-    app.worker_main(argv=["worker", f"--concurrency={concurrency}", "-n", worker_name(name), "-Q", queues,
+    app.worker_main(argv=["worker", f"--concurrency={concurrency}", "-n", node, "-Q", queues,
                           f"--loglevel={loglevel}", "--without-gossip", "--without-mingle", "-P", "prefork"])
