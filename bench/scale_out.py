@@ -149,6 +149,7 @@ def one(tmp: Path, env: dict, workers: int, week: str, sites) -> dict:
         scrape = [r for r in instance.get_run_records(RunsFilter(tags={"dagster/partition": week}))
                   if r.dagster_run.tags.get("fleet/kind") == "scrape"][0]
         wall = scrape.end_time - scrape.start_time
+        breakdown = where_time_went(instance, scrape)
     finally:
         for p, h in zip(procs, homes):
             _stop(p, h)
@@ -160,7 +161,34 @@ def one(tmp: Path, env: dict, workers: int, week: str, sites) -> dict:
             "planned_floor_s": rnd(N_SOURCES * PAGES * LATENCY_MS / 1000 / (CAP * workers), 1), "ratio": rnd(wall / floor), "fleet_run_s": rnd(total, 1),
             "machine_cpu_s": rnd(cpu, 1), "cores_busy": rnd(cpu / total, 2),
             "cpu_per_source_s": rnd(cpu / N_SOURCES, 2), "memory_peak_mb": rnd(mem.used_mb, 0),
-            "memory_per_slot_mb": rnd(mem.used_mb / (CAP * workers), 0)}
+            "memory_per_slot_mb": rnd(mem.used_mb / (CAP * workers), 0), "breakdown": breakdown}
+
+
+def where_time_went(instance, record) -> dict:
+    """The scrape run's time beyond its sources' network waits, from its event log: before the first step
+    started; from a step's submission to the queue to its start on a worker; a step's own time beyond its
+    pages' waits (the browser context, writing the rows); after the last step ended."""
+    from dagster import DagsterEventType
+
+    submitted, started, ended = {}, {}, {}
+    for ev in instance.get_records_for_run(record.dagster_run.run_id, limit=100000).records:
+        e = ev.event_log_entry
+        d = e.dagster_event
+        if d is None or not (d.step_key or "").startswith("raw__"):
+            continue
+        if d.event_type == DagsterEventType.ENGINE_EVENT and "Submitting celery task" in (e.user_message or ""):
+            submitted.setdefault(d.step_key, e.timestamp)
+        elif d.event_type == DagsterEventType.STEP_START:
+            started[d.step_key] = e.timestamp
+        elif d.event_type in (DagsterEventType.STEP_SUCCESS, DagsterEventType.STEP_FAILURE):
+            ended[d.step_key] = e.timestamp
+    own = [ended[k] - started[k] - PAGES * LATENCY_MS / 1000 for k in ended if k in started]
+    queued = [started[k] - submitted[k] for k in started if k in submitted]
+    median = lambda xs: rnd(sorted(xs)[len(xs) // 2], 1) if xs else None  # noqa: E731
+    return {"before_first_step_s": rnd(min(started.values()) - record.start_time, 1) if started else None,
+            "submit_to_start_median_s": median(queued), "submit_to_start_max_s": rnd(max(queued), 1) if queued else None,
+            "step_beyond_waits_median_s": median(own), "step_beyond_waits_max_s": rnd(max(own), 1) if own else None,
+            "after_last_step_s": rnd(record.end_time - max(ended.values()), 1) if ended else None}
 
 
 def run(quick: bool, repeats: int) -> dict:

@@ -25,13 +25,16 @@ def _task(task_id: str, run_id: str, step: str) -> dict:
 
 
 class FakeApp:
-    """Celery's app as the watch uses it: inspect(active, reserved), AsyncResult(ready), revoke, the backend."""
+    """Celery's app as the watch uses it: inspect(active, reserved, stats), AsyncResult(ready), revoke, the
+    backend. Every worker has ``processes`` pool processes."""
 
-    def __init__(self):
+    def __init__(self, processes: int = 10):
         self.active, self.reserved, self.done = {}, {}, set()
         self.revoked, self.marked = [], []
         self.control = SimpleNamespace(inspect=lambda timeout: SimpleNamespace(
-            active=lambda: dict(self.active), reserved=lambda: dict(self.reserved)), revoke=self.revoked.append)
+            active=lambda: dict(self.active), reserved=lambda: dict(self.reserved),
+            stats=lambda: {w: {"pool": {"max-concurrency": processes}} for w in self.active}),
+            revoke=self.revoked.append)
         self.backend = SimpleNamespace(mark_as_revoked=lambda task_id, reason="": self.marked.append((task_id, reason)))
 
     def AsyncResult(self, task_id):  # noqa: N802 - Celery's name
@@ -47,7 +50,7 @@ def test_a_silent_worker_loses_its_tasks_of_the_run_and_no_other():
     app.reserved = {"a@h": [_task("t3", run.run_id, "raw__three")], "b@h": []}
     watch = WorkerWatch(app, instance, run, lost_after_s=30)
     watch.poll(now=0)
-    assert set(watch.held) == {"t1", "t2", "t3"}  # the other run's task is not this run's to judge
+    assert set(watch.tasks) == {"t1", "t2", "t3"}  # the other run's task is not this run's to judge
     app.active.pop("a@h")
     app.reserved.pop("a@h")
     watch.poll(now=29)
@@ -60,7 +63,7 @@ def test_a_silent_worker_loses_its_tasks_of_the_run_and_no_other():
     messages = [r.dagster_event.message for r in instance.all_logs(run.run_id, of_type=DagsterEventType.ENGINE_EVENT)]
     assert any(m.startswith("fleet: celery worker a@h answered nothing") for m in messages), messages
     watch.poll(now=100)  # a worker declared gone is not failed twice
-    assert len(app.revoked) == 2 and watch.held == {}
+    assert len(app.revoked) == 2 and watch.tasks == {}
 
 
 def test_a_task_its_worker_dropped_without_a_result_is_failed_after_the_same_wait():
@@ -77,8 +80,36 @@ def test_a_task_its_worker_dropped_without_a_result_is_failed_after_the_same_wai
     assert app.revoked == []
     watch.poll(now=41)
     assert app.revoked == ["t2"] and "dropped its task for step raw__two" in app.marked[0][1]
-    assert set(watch.held) == {"t1"}  # still listed: left alone
+    assert set(watch.tasks) == {"t1"}  # still listed: left alone
     app.done.add("t1")
     app.active = {"a@h": []}
     watch.poll(now=100)  # finished with a result: not a vanished task
-    assert app.revoked == ["t2"] and watch.held == {}
+    assert app.revoked == ["t2"] and watch.tasks == {}
+
+
+def test_a_published_task_no_worker_ever_listed_is_failed_only_while_a_worker_had_room():
+    instance = DagsterInstance.ephemeral()
+    run = instance.get_run_by_id(tiny.execute_in_process(instance=instance).run_id)
+    app = FakeApp(processes=2)
+    watch = WorkerWatch(app, instance, run, lost_after_s=30)
+    body = lambda step: ((), _task("", run.run_id, step)["kwargs"], {})  # noqa: E731 - protocol 2's body
+    watch.published(sender="execute_plan", headers={"id": "t1"}, body=body("raw__one"))
+    watch.published(sender="execute_plan", headers={"id": "t2"}, body=body("raw__two"))
+    watch.published(sender="execute_plan", headers={"id": "tx"}, body=((), _task("", "another-run", "x")["kwargs"], {}))
+    assert set(watch.tasks) == {"t1", "t2"}  # another run's task is not this run's to judge
+    # the worker is full with other work: t1 and t2 may wait in the queue as long as it takes
+    app.active = {"a@h": [_task("o1", "another-run", "x"), _task("o2", "another-run", "y")]}
+    for now in (0, 40, 80):
+        watch.poll(now=now)
+    assert app.revoked == []
+    # a slot frees, a takes t2 and finishes it; t1 is listed nowhere while a has room: the queue lost it
+    app.active = {"a@h": [_task("t2", run.run_id, "raw__two")]}
+    watch.poll(now=90)
+    app.done.add("t2")
+    app.active = {"a@h": []}
+    watch.poll(now=100)
+    watch.poll(now=119)
+    assert app.revoked == []
+    watch.poll(now=121)
+    assert app.revoked == ["t1"] and watch.tasks == {}
+    assert "the celery task for step raw__one was lost before any worker took it" in app.marked[0][1]

@@ -139,7 +139,13 @@ class Background:
         return self.proc.returncode
 
     def communicate(self, timeout: float) -> tuple[str, str]:
-        self.proc.wait(timeout)
+        try:
+            self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+            raise AssertionError(f"{self.proc.args[3:]} still running after {timeout} s:\n"
+                                 f"{self.out.read_text()[-4000:]}\n{self.err.read_text()[-8000:]}") from None
         return self.out.read_text(), self.err.read_text()
 
 

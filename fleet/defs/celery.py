@@ -2,14 +2,14 @@
 
 Stock dagster-celery never notices a worker that died: the executor polls each step's Celery result, a dead
 worker's results never come, and the run waits for ever holding its pool slots. :class:`WorkerWatch` supplies
-the detection from the run's side, through Celery's public control API: it pings the workers, learns which of
-them hold this run's tasks (active or prefetched), and when one holding tasks has answered nothing for
-``FLEET_WORKER_LOST_S``, it revokes those tasks and records them as revoked in the result backend. So it does
-for a task that a worker still answering stopped listing without a result (a broker restart drops a task a
-worker had taken but not started, and Redis redelivers it only after its visibility timeout). The executor
-then sees them end, the run finishes with those steps interrupted or never started (``infra``), and fleet's
-follow-up re-executes them on the workers that live, within ``FLEET_CRASH_RERUNS``. Tasks on other workers are
-left alone.
+the detection from the run's side, through Celery's public signal and control APIs: it records each task the
+executor publishes, inspects the workers for the tasks they hold (active or reserved), and fails a task that is
+gone: its worker has answered nothing for ``FLEET_WORKER_LOST_S``, or no worker has listed it for as long while
+a worker had room to take it (a broker restart drops a task in flight or taken but not started; Redis gives a
+taken one back only after its visibility timeout, an hour). Failing is revoking (a redelivered message is
+dropped) and recording the task as revoked in the result backend. The executor then sees them end, the run
+finishes with those steps interrupted or never started (``infra``), and fleet's follow-up re-executes them on
+the workers that live, within ``FLEET_CRASH_RERUNS``. Tasks on other workers are left alone.
 
 ``fleet worker`` (:func:`worker_main`) starts a Celery worker with the same app settings as the executor.
 """
@@ -98,26 +98,56 @@ def _step_of(task: dict, run_id: str) -> str | None:
 
 
 class WorkerWatch:
-    """Watches the workers holding run ``run_id``'s tasks, and fails the tasks of one that is gone (module
-    docstring). Runs as a thread beside dagster-celery's execution loop, in the run's own process."""
+    """Watches the tasks of run ``run``, and fails those that are gone (module docstring). Runs as a thread
+    beside dagster-celery's execution loop, in the run's own process.
+
+    It learns the run's tasks twice over: as the executor publishes them (Celery's ``after_task_publish``
+    signal, in this process) and as workers list them. A task is gone when:
+
+    - the worker last listing it has answered nothing for ``lost_after_s``; or
+    - no worker has listed it for ``lost_after_s`` and it has no result, while some answering worker had room
+      (fewer active and reserved tasks than processes) at every poll meanwhile. A worker with room takes the
+      next message of the queue at once, so such a task is in no queue: a broker restart dropped it, before or
+      after a worker took it.
+    """
 
     def __init__(self, app, instance, run, lost_after_s: float, poll_s: float = POLL_S):
         self.app, self.instance, self.run = app, instance, run
         self.lost_after_s, self.poll_s = lost_after_s, poll_s
-        self.held: dict[str, tuple[str, str]] = {}   # task id -> (worker, step key)
+        self.tasks: dict[str, str] = {}            # task id -> step key, for this run's unfinished tasks
+        self.where: dict[str, str] = {}            # task id -> the worker that last listed it
         self.last_seen: dict[str, float] = {}
-        self.missing_since: dict[str, float] = {}  # task id -> when its worker, still answering, stopped listing it
+        self.capacity: dict[str, int] = {}         # worker -> its pool's processes
+        self.unlisted_since: dict[str, float] = {}
         self.lost: set[str] = set()
+        self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name=f"fleet-worker-watch-{run.run_id[:8]}", daemon=True)
 
     def __enter__(self):
+        from celery.signals import after_task_publish
+
+        after_task_publish.connect(self.published, weak=False)
         self._thread.start()
         return self
 
     def __exit__(self, *exc):
+        from celery.signals import after_task_publish
+
+        after_task_publish.disconnect(self.published)
         self._stop.set()
         self._thread.join(timeout=10)
+
+    def published(self, sender=None, headers=None, body=None, **_kw) -> None:
+        """Celery's ``after_task_publish`` receiver: a task this process published (protocol 2: the id in the
+        headers, ``(args, kwargs, embed)`` as the body)."""
+        with contextlib.suppress(Exception):
+            task_id = (headers or {}).get("id")
+            args, kwargs = (tuple(body) + ((), {}))[:2] if isinstance(body, (tuple, list)) else ((), {})
+            step = _step_of({"args": args, "kwargs": kwargs}, self.run.run_id)
+            if task_id and step is not None:
+                with self._lock:
+                    self.tasks.setdefault(task_id, step)
 
     def _loop(self) -> None:
         while not self._stop.wait(self.poll_s):
@@ -127,41 +157,65 @@ class WorkerWatch:
     def poll(self, now: float | None = None) -> None:
         inspect = self.app.control.inspect(timeout=min(3.0, self.lost_after_s / 3))
         now = time.monotonic() if now is None else now
-        answered: set[str] = set()
-        listing_ids: list[str] = []
+        listed: dict[str, str] = {}   # task id -> worker, over every task of every answering worker
+        load: dict[str, int] = {}
         for listing in (inspect.active(), inspect.reserved()):
             for worker, tasks in (listing or {}).items():
-                answered.add(worker)
-                listing_ids += [t.get("id") for t in tasks or ()]
+                load[worker] = load.get(worker, 0) + len(tasks or ())
                 for task in tasks or ():
+                    if task.get("id"):
+                        listed[task["id"]] = worker
                     step = _step_of(task, self.run.run_id)
                     if step is not None and task.get("id") and worker not in self.lost:
-                        self.held[task["id"]] = (worker, step)
+                        with self._lock:
+                            self.tasks.setdefault(task["id"], step)
+        answered = set(load)
         for worker in answered:
             self.last_seen[worker] = now
-        for task_id in [t for t in self.held if self.app.AsyncResult(t).ready()]:
-            del self.held[task_id]
-            self.missing_since.pop(task_id, None)
-        for worker in {w for w, _ in self.held.values()} - answered:
+        if answered - set(self.capacity):
+            for worker, stats in (inspect.stats() or {}).items():
+                with contextlib.suppress(Exception):
+                    self.capacity[worker] = int(stats["pool"]["max-concurrency"])
+        with self._lock:
+            tasks = dict(self.tasks)
+        for task_id in [t for t in tasks if self.app.AsyncResult(t).ready()]:
+            self.forget(task_id)
+            del tasks[task_id]
+        for task_id, worker in listed.items():
+            if task_id in tasks:
+                self.where[task_id] = worker
+                self.unlisted_since.pop(task_id, None)
+        # a worker that holds tasks of the run and has answered nothing for long enough is gone
+        for worker in {self.where[t] for t in tasks if t in self.where and t not in listed} - answered - self.lost:
             silent = now - self.last_seen.get(worker, now)
             if silent >= self.lost_after_s:
                 self.fail_worker(worker, silent)
-        # A worker that answers but no longer lists a task it held, whose result never came: the task is gone.
-        # A broker restart does this to a task a worker had taken but not started: the worker drops it, and
-        # Redis gives it back only after its visibility timeout (an hour).
-        listed = set(listing_ids)
-        for task_id, (worker, step) in list(self.held.items()):
-            if worker not in answered or task_id in listed:
-                self.missing_since.pop(task_id, None)
+        # a task no worker lists, with no result, while a worker had room: in no queue any more
+        room = [w for w in answered if load[w] < self.capacity.get(w, 0)]
+        for task_id, step in tasks.items():
+            if task_id in listed or task_id not in self.tasks or self.where.get(task_id) not in (None, *answered):
                 continue
-            since = self.missing_since.setdefault(task_id, now)
-            if now - since >= self.lost_after_s:
-                self.fail_tasks({task_id: step}, f"celery worker {worker} dropped its task for step {step} without a "
-                                f"result (gone from its tasks for {now - since:.0f} s, FLEET_WORKER_LOST_S="
-                                f"{self.lost_after_s:g}; a broker restart does this): infra")
+            if not room:
+                self.unlisted_since.pop(task_id, None)
+                continue
+            since = self.unlisted_since.setdefault(task_id, now)
+            if now - since < self.lost_after_s:
+                continue
+            worker = self.where.get(task_id)
+            held = (f"celery worker {worker} dropped its task for step {step}" if worker else
+                    f"the celery task for step {step} was lost before any worker took it")
+            self.fail_tasks({task_id: step}, f"{held} without a result: no worker has listed it for "
+                            f"{now - since:.0f} s while {', '.join(sorted(room))} had room, so no queue holds it "
+                            f"(FLEET_WORKER_LOST_S={self.lost_after_s:g}; a broker restart does this): infra")
+
+    def forget(self, task_id: str) -> None:
+        with self._lock:
+            self.tasks.pop(task_id, None)
+        self.where.pop(task_id, None)
+        self.unlisted_since.pop(task_id, None)
 
     def fail_worker(self, worker: str, silent: float) -> None:
-        tasks = {t: step for t, (w, step) in self.held.items() if w == worker}
+        tasks = {t: step for t, step in dict(self.tasks).items() if self.where.get(t) == worker}
         self.lost.add(worker)
         self.fail_tasks(tasks, f"celery worker {worker} answered nothing for {silent:.0f} s (FLEET_WORKER_LOST_S="
                                f"{self.lost_after_s:g}): it is gone, and so are its steps "
@@ -173,8 +227,7 @@ class WorkerWatch:
             # what the executor polls
             self.app.control.revoke(task_id)
             self.app.backend.mark_as_revoked(task_id, reason=why)
-            self.held.pop(task_id, None)
-            self.missing_since.pop(task_id, None)
+            self.forget(task_id)
         with contextlib.suppress(Exception):
             self.instance.report_engine_event(f"fleet: {why}", self.run)
 
