@@ -627,6 +627,7 @@ def ui(port, demo):
         from fleet.defs.celery import check_broker
 
         check_broker(s)
+    say_sandbox(s.home)  # the runs it launches scrape on this host under the multiprocess executor
     # `dagster dev` runs in the checkout; its code server and runs must use this home, as this process does
     os.environ["FLEET_HOME"] = str(s.home)
     use_demo = demo if demo is not None else not os.environ.get("FLEET_SCRAPERS_DIR")
@@ -681,6 +682,7 @@ def worker(concurrency, name):
         # the instance the steps report to: refused now if Postgres cannot be reached. Its run settings (the pool
         # limit, the run queue) are the business of the host that runs the weeks, not of a worker
         get_instance(s, check=False)
+        say_sandbox(s.home)  # this host's browsers: sandboxed, or the one line that says why not
         node = celery.worker_name(name)
         os.environ["FLEET_WORKER_NAME"] = node  # each step's metadata names the host and worker that ran it
         import fleet.defs.definitions  # noqa: F401  the pool's processes fork with the definitions in memory

@@ -74,10 +74,13 @@ def browser_startup_s() -> float:
 
 
 def politeness() -> dict:
-    """Per domain, across the sources of this host: at most ``concurrency`` navigations at once, at least
-    ``interval_s`` seconds between their starts (fleet/scraping/politeness.py)."""
+    """Per domain, across the sources that reach it: at most ``concurrency`` navigations at once, at least
+    ``interval_s`` seconds between their starts (fleet/scraping/politeness.py). ``shared``: where the bounds are
+    kept for every host once fleet scales out (the broker's Redis under FLEET_EXECUTOR=celery), else ""."""
+    celery = os.environ.get("FLEET_EXECUTOR", "").strip() == "celery"
     return {"concurrency": env_number("FLEET_DOMAIN_CONCURRENCY", 4, int, minimum=1),
-            "interval_s": env_number("FLEET_DOMAIN_INTERVAL_S", 0.0)}
+            "interval_s": env_number("FLEET_DOMAIN_INTERVAL_S", 0.0),
+            "shared": os.environ.get("FLEET_CELERY_BROKER", "").strip() if celery else ""}
 
 
 def _int(name: str, default: int, minimum: int = 0) -> int:

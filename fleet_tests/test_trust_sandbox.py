@@ -110,6 +110,40 @@ def test_without_a_sandbox_user_fleet_says_so_once_and_runs_as_today(fleet_env):
                      "to run scrape workers as); scrape workers and Chromium run as root with --no-sandbox"], lines
 
 
+def test_fleet_ui_says_the_sandbox_is_off_once_at_start(fleet_env):
+    """The UI's runs scrape on this host too: `fleet ui` says the same line once, before the webserver starts."""
+    import signal
+    import subprocess
+    import sys
+    import threading
+    import time
+
+    from fleet_tests.services import free_port
+
+    env = {**fleet_env.env, "FLEET_SANDBOX_USER": "no-such-user-here"}
+    proc = subprocess.Popen([sys.executable, "-m", "fleet.cli", "ui", "--port", str(free_port())], env=env,
+                            cwd=env["FLEET_HOME"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    seen, out = [], []
+    readers = [threading.Thread(target=lambda f=f, into=into: into.extend(ln.rstrip() for ln in f), daemon=True)
+               for f, into in ((proc.stderr, seen), (proc.stdout, out))]
+    for r in readers:
+        r.start()
+    deadline = time.monotonic() + 180
+    try:  # up to the webserver's start (dagster's own log, on stdout): the line comes before it
+        while not any("Serving dagster-webserver" in ln for ln in out):
+            assert proc.poll() is None and time.monotonic() < deadline, (seen, out[-20:])
+            time.sleep(0.5)
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(60)
+        for r in readers:
+            r.join(10)
+    said = [ln for ln in seen if "browser sandbox" in ln]
+    assert said == ["fleet: the browser sandbox is off (there is no user 'no-such-user-here' (FLEET_SANDBOX_USER) to "
+                    "run scrape workers as); scrape workers and Chromium run as root with --no-sandbox"], seen
+
+
 def test_a_sandboxed_week_runs_end_to_end(open_home, tmp_path):
     """`fleet demo` as root, with FLEET_HOME where the sandbox's user can reach it: no "sandbox is off" line, the
     warm workers are that user's, and the week is committed (by root, with the token the workers never saw)."""

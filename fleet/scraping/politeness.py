@@ -1,56 +1,138 @@
-"""Politeness per domain, across every source that reaches a domain from this host: at most N navigations
-(``ctx.goto``) in flight at once and at least T seconds between their starts. Shared through lock files under
-``FLEET_HOME/politeness`` (``flock``: a lock dies with its process, so a killed worker never holds a slot)."""
+"""Politeness per domain, across every source that reaches a domain: at most N navigations (``ctx.goto``) in
+flight at once and at least T seconds between their starts.
+
+Where the bounds are kept:
+
+- on one machine (the default), in lock files under ``FLEET_HOME/politeness`` (``flock``: a lock dies with its
+  process, so a killed worker never holds a slot);
+- once fleet scales out (``FLEET_EXECUTOR=celery``), in the broker's Redis, so they hold across hosts: a slot is
+  a member of a sorted set scored by its lease's end, renewed while its request runs, so a killed worker's slot
+  is free within ``LEASE_S``; the spacing is the time of the last start. Both are judged by Redis's own clock
+  (``TIME`` in a script), never by the hosts'. When that Redis cannot be reached (a restart), a request is
+  bounded on its own host meanwhile, and says so once, rather than failing the source.
+"""
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import fcntl
 import json
+import logging
 import os
 import re
 import time
+import uuid
 from pathlib import Path
 from urllib.parse import urlsplit
 
 POLL_S = 0.02
+SHARED_POLL_S = 0.1  # a round trip to Redis per poll: slower than a lock file's
+LEASE_S = 30.0
 # A declaration a scraper made binds the other sources of the domain for this long (about one run of a week).
 DECLARATION_TTL_S = 24 * 3600
+log = logging.getLogger("fleet.politeness")
+
+# KEYS[1]: the domain's slots (token -> lease end). ARGV: token, N, lease. 1 when the token holds a slot (taken or
+# renewed), else 0.
+ACQUIRE = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+if redis.call('ZSCORE', KEYS[1], ARGV[1]) or redis.call('ZCARD', KEYS[1]) < tonumber(ARGV[2]) then
+  redis.call('ZADD', KEYS[1], now + tonumber(ARGV[3]), ARGV[1])
+  redis.call('EXPIRE', KEYS[1], 86400)
+  return 1
+end
+return 0
+"""
+# KEYS[1]: the domain's last start. ARGV: T. Claims now and returns "0" when T has passed since the last start,
+# else the seconds left, as a string (a Lua number would come back as an integer).
+SPACE = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
+local wait = tonumber(redis.call('GET', KEYS[1]) or '0') + tonumber(ARGV[1]) - now
+if wait <= 0 then
+  redis.call('SET', KEYS[1], string.format('%.6f', now), 'EX', 86400)
+  return '0'
+end
+return string.format('%.6f', wait)
+"""
 
 
 def _host_file(root: Path, host: str, suffix: str) -> Path:
     return root / (re.sub(r"[^a-z0-9.-]", "_", host.lower()) + suffix)
 
 
+def _host_key(host: str) -> str:
+    return "fleet:politeness:" + re.sub(r"[^a-z0-9.-]", "_", host.lower())
+
+
+def _strictest(n: int, t: float, records, own: tuple[int | None, float | None]) -> tuple[int, float]:
+    now = time.time()
+    for rec in records:
+        if isinstance(rec, dict) and now - rec.get("at", 0) < DECLARATION_TTL_S:
+            n = min(n, rec.get("concurrency") or n)
+            t = max(t, rec.get("interval_s") or t)
+    own_n, own_t = own
+    return min(n, own_n or n), max(t, own_t or 0.0)
+
+
 class Politeness:
     """One attempt's view: fleet's defaults (FLEET_DOMAIN_CONCURRENCY, FLEET_DOMAIN_INTERVAL_S), made stricter by
     the scraper's own ``polite_concurrency`` / ``polite_interval_s`` and by those other sources declared for the
-    same domain."""
+    same domain. ``shared``: the Redis URL that holds the bounds for every host, or "" for this host's files."""
 
-    def __init__(self, root: Path | str, concurrency: int, interval_s: float, source: str = ""):
+    def __init__(self, root: Path | str, concurrency: int, interval_s: float, source: str = "", shared: str = ""):
         self.root = Path(root)
         self.concurrency, self.interval_s = int(concurrency), float(interval_s)
         self.own: tuple[int | None, float | None] = (None, None)
         self.source = source
+        self.shared = shared
         self._recorded: set[str] = set()  # hosts this attempt has written its declaration for
+        self._redis = None
+        self._said_down = False
 
     def declare(self, concurrency: int | None, interval_s: float | None) -> None:
         self.own = (concurrency, interval_s)
 
-    def limits(self, host: str) -> tuple[int, float]:
-        n, t = self.concurrency, self.interval_s
-        declared = _host_file(self.root, host, ".declared.json")
+    @contextlib.asynccontextmanager
+    async def request(self, url: str):
+        """Hold a slot of ``url``'s domain, spaced from the last request to it, for the ``async with`` block."""
+        host = urlsplit(url).hostname
+        if not host:  # about:blank, data: URLs: no site to be polite to
+            yield
+            return
+        release = None
+        if self.shared:
+            from redis.exceptions import RedisError
+
+            try:
+                release = await self._acquire_shared(host)
+            except (RedisError, OSError) as exc:
+                self._say_down(exc)
+        if release is None:
+            release = await self._acquire_local(host)
         try:
-            records = json.loads(declared.read_text())
+            yield
+        finally:
+            await release()
+
+    def _say_down(self, exc: BaseException) -> None:
+        if not self._said_down:
+            self._said_down = True
+            log.warning("[%s] politeness: the shared bounds at %s cannot be reached (%s: %s); bounding this "
+                        "host's requests alone until it is back", self.source, _redacted(self.shared),
+                        type(exc).__name__, exc)
+
+    # -- this host's files --------------------------------------------------------------------------------------
+
+    def limits(self, host: str) -> tuple[int, float]:
+        try:
+            records = json.loads(_host_file(self.root, host, ".declared.json").read_text())
         except (OSError, ValueError):
             records = {}
-        now = time.time()
-        for rec in records.values() if isinstance(records, dict) else ():
-            if now - rec.get("at", 0) < DECLARATION_TTL_S:
-                n = min(n, rec.get("concurrency") or n)
-                t = max(t, rec.get("interval_s") or t)
-        own_n, own_t = self.own
-        return min(n, own_n or n), max(t, own_t or 0.0)
+        return _strictest(self.concurrency, self.interval_s, records.values() if isinstance(records, dict) else (),
+                          self.own)
 
     def _record(self, host: str) -> None:
         """Write this scraper's declaration for ``host`` where the other sources' attempts read it."""
@@ -63,10 +145,13 @@ class Politeness:
                 records = json.loads(path.read_text())
             except (OSError, ValueError):
                 records = {}
-            records[self.source] = {"concurrency": self.own[0], "interval_s": self.own[1], "at": time.time()}
+            records[self.source] = self._declaration()
             tmp = path.with_suffix(f".{os.getpid()}.tmp")
             tmp.write_text(json.dumps(records))
             os.replace(tmp, path)
+
+    def _declaration(self) -> dict:
+        return {"concurrency": self.own[0], "interval_s": self.own[1], "at": time.time()}
 
     @contextlib.contextmanager
     def _locked(self, path: Path):
@@ -77,6 +162,20 @@ class Politeness:
                 yield fh
             finally:
                 fcntl.flock(fh, fcntl.LOCK_UN)
+
+    async def _acquire_local(self, host: str):
+        self._record(host)
+        n, t = self.limits(host)
+        slot = await self._slot(host, n)
+        try:
+            await self._spaced(host, t)
+        except BaseException:
+            slot.close()
+            raise
+
+        async def release():
+            slot.close()
+        return release
 
     async def _slot(self, host: str, n: int):
         """An open, flocked slot file: one of the ``n`` of ``host`` (the caller closes it to free the slot)."""
@@ -112,18 +211,58 @@ class Politeness:
                     return
             await asyncio.sleep(min(wait, 1.0))
 
-    @contextlib.asynccontextmanager
-    async def request(self, url: str):
-        """Hold a slot of ``url``'s domain, spaced from the last request to it, for the ``async with`` block."""
-        host = urlsplit(url).hostname
-        if not host:  # about:blank, data: URLs: no site to be polite to
-            yield
-            return
-        self._record(host)
-        n, t = self.limits(host)
-        slot = await self._slot(host, n)
+    # -- every host's Redis -------------------------------------------------------------------------------------
+
+    def _client(self):
+        if self._redis is None:
+            import redis.asyncio
+
+            self._redis = redis.asyncio.Redis.from_url(self.shared, socket_connect_timeout=3, socket_timeout=5)
+            self._scripts = (self._redis.register_script(ACQUIRE), self._redis.register_script(SPACE))
+        return self._redis
+
+    async def _acquire_shared(self, host: str):
+        r, key = self._client(), _host_key(host)
+        acquire, space = self._scripts
+        if self.own != (None, None) and host not in self._recorded:
+            await r.hset(f"{key}:declared", self.source, json.dumps(self._declaration()))
+            await r.expire(f"{key}:declared", int(DECLARATION_TTL_S))
+            self._recorded.add(host)
+        declared = await r.hgetall(f"{key}:declared")
+        records = []
+        for raw in declared.values():
+            with contextlib.suppress(ValueError):
+                records.append(json.loads(raw))
+        n, t = _strictest(self.concurrency, self.interval_s, records, self.own)
+        token, slots = uuid.uuid4().hex, f"{key}:slots"
+        while not await acquire(keys=[slots], args=[token, n, LEASE_S]):
+            await asyncio.sleep(SHARED_POLL_S)
+
+        async def renew():
+            while True:
+                await asyncio.sleep(LEASE_S / 3)
+                with contextlib.suppress(Exception):
+                    await acquire(keys=[slots], args=[token, n, LEASE_S])
+
+        renewing = asyncio.ensure_future(renew())
+
+        async def release():
+            renewing.cancel()
+            with contextlib.suppress(Exception):
+                await r.zrem(slots, token)
         try:
-            await self._spaced(host, t)
-            yield
-        finally:
-            slot.close()
+            if t > 0:
+                while (wait := float(await space(keys=[f"{key}:last"], args=[t]))) > 0:
+                    await asyncio.sleep(min(wait, 1.0))
+        except BaseException:
+            await release()
+            raise
+        return release
+
+
+def _redacted(url: str) -> str:
+    """``url`` without its password."""
+    parts = urlsplit(url)
+    if parts.password:
+        return url.replace(f":{parts.password}@", ":***@", 1)
+    return url
