@@ -688,7 +688,9 @@ def worker(concurrency, name):
         import fleet.defs.definitions  # noqa: F401  the pool's processes fork with the definitions in memory
 
         click.echo(f"fleet: worker {node} on {s.celery_broker}, {concurrency or s.worker_concurrency} at once")
-        celery.worker_main(s, concurrency or s.worker_concurrency, node)
+        code = celery.supervise(lambda: celery.worker_main(s, concurrency or s.worker_concurrency, node),
+                                f"the celery worker {node}", lambda line: click.echo(line, err=True))
+        sys.exit(code)
 
     _exit_on_error(start)
 

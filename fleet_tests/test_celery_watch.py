@@ -2,6 +2,7 @@
 which tasks it fails and when. The real workers, killed for real, are in test_scaleout.py."""
 from __future__ import annotations
 
+import os
 from types import SimpleNamespace
 
 from dagster import DagsterEventType, DagsterInstance, job, op
@@ -113,3 +114,39 @@ def test_a_published_task_no_worker_ever_listed_is_failed_only_while_a_worker_ha
     watch.poll(now=121)
     assert app.revoked == ["t1"] and watch.tasks == {}
     assert "the celery task for step raw__one was lost before any worker took it" in app.marked[0][1]
+
+
+def test_when_no_worker_answers_at_all_the_runs_waiting_tasks_are_failed():
+    instance = DagsterInstance.ephemeral()
+    run = instance.get_run_by_id(tiny.execute_in_process(instance=instance).run_id)
+    app = FakeApp()
+    watch = WorkerWatch(app, instance, run, lost_after_s=30)
+    watch.published(sender="execute_plan", headers={"id": "t1"}, body=((), _task("", run.run_id, "raw__one")["kwargs"], {}))
+    app.active = {"a@h": [_task("o1", "another-run", "x")]}
+    watch.poll(now=0)
+    app.active = {}  # every worker is gone (the broker still answers the polls)
+    watch.poll(now=5)
+    watch.poll(now=34)
+    assert app.revoked == []
+    watch.poll(now=36)
+    assert app.revoked == ["t1"] and "no celery worker has answered on the broker for 31 s" in app.marked[0][1]
+
+
+def test_fleet_worker_starts_its_celery_worker_again_when_it_ends_by_itself(tmp_path):
+    """`fleet worker`'s supervisor, with real forked children: one that ends by itself is started again; one
+    that ends cleanly is not; one that keeps ending at once is left down with its exit code."""
+    from fleet.defs.celery import supervise
+
+    starts = tmp_path / "starts"
+    said = []
+
+    def crashes_once():
+        with open(starts, "a") as fh:
+            fh.write("x")
+        raise SystemExit(1 if starts.read_text() == "x" else 0)
+
+    assert supervise(crashes_once, "the child", said.append) == 0
+    assert starts.read_text() == "xx" and said == ["fleet: the child ended by itself (exit code 1); starting it again in 1 s"]
+    said.clear()
+    assert supervise(lambda: os._exit(3), "the child", said.append, quick_limit=2) == 3
+    assert said[-1] == "fleet: the child ended 2 times within 30 s of its start (last exit code 3); leaving it down", said

@@ -69,7 +69,8 @@ def stack(tmp_path_factory):
                     FLEET_EXECUTOR="celery", FLEET_CELERY_BROKER=redis.url, FLEET_POSTGRES_URL=pg.url,
                     FLEET_ARTIFACTS=f"s3://{bucket}/fleet", FLEET_DEMO_URL=sites.url, FLEET_DEMO_LATENCY_MS="20",
                     FLEET_SCRAPERS_DIR=os.pathsep.join([str(ROOT / "scrapers"), str(sources)]),
-                    FLEET_MAX_PARALLEL=str(2 * CONCURRENCY), FLEET_WORKER_IDLE_S="5")
+                    FLEET_MAX_PARALLEL=str(2 * CONCURRENCY), FLEET_WORKER_IDLE_S="5",
+                    FLEET_WORKER_LOST_S="10")  # the default is 30: the tests need not wait it out
         yield SimpleNamespace(root=root, pg=pg, redis=redis, s3=s3, bucket=bucket, base=base, sites=sites)
 
 
@@ -160,6 +161,19 @@ def hosts(stack):
     yield make
     for h in made:
         h.stop()
+    # what a test that failed half-way left behind must not reach the next one: its messages on the broker, its
+    # unfinished runs and their claims on the scrapers pool
+    import redis
+    from dagster import DagsterRunStatus, RunsFilter
+
+    redis.Redis.from_url(stack.redis.url).flushall()
+    homes = [h for h in made if (h.home / "dagster" / "dagster.yaml").exists()
+             and h.env["FLEET_POSTGRES_URL"] == stack.pg.url]
+    if homes:
+        instance = instance_of(homes[0])
+        for rec in instance.get_run_records(RunsFilter(statuses=[DagsterRunStatus.STARTED, DagsterRunStatus.STARTING])):
+            instance.report_run_failed(rec.dagster_run, "left unfinished by a scaleout test")
+            instance.event_log_storage.free_concurrency_slots_for_run(rec.dagster_run.run_id)
 
 
 def instance_of(host: Host):
@@ -254,6 +268,10 @@ def test_a_worker_killed_mid_week_is_detected_and_its_steps_rerun_on_the_other(s
     assert not failed_as_source & rerun_sources, (failed_as_source, rerun_sources)
     assert set(executed_on(reruns[0][1]).values()) <= {w for w in where.values() if w.startswith("host-b@")}
 
+    # the killed worker's steps gave nothing back to the scrapers pool; the runs, ended, hold no claim on it
+    claims = instance.event_log_storage.get_concurrency_info("scrapers").claimed_slots
+    assert not [c for c in claims if c.run_id in {r.run_id for r, _ in runs}], claims
+
     # every healthy source's rows are committed, once; raw and processed commits land once each
     subjects = [c["subject"] for c in log(remote)[: len(log(remote)) - before]]
     assert subjects == [f"fleet: processed rows for week {week}", f"fleet: raw rows for week {week}"], subjects
@@ -306,6 +324,12 @@ def test_a_restart_of_the_broker_or_the_instance_mid_week_commits_the_week_once(
             if ev.event_type.value == "STEP_SUCCESS" and (ev.step_key or "").startswith("raw__"):
                 started[ev.step_key] = started.get(ev.step_key, 0) + 1
     assert all(n == 1 for n in started.values()), started
+    # a Celery worker that the restart ended (kombu's Redis transport can, restoring its unacknowledged messages)
+    # was started again by its `fleet worker`
+    for h in (a, b):
+        text = h.log.read_text()
+        if "Unrecoverable error" in text:
+            assert "starting it again" in text and text.count(" ready.") >= 2, text[-3000:]
 
 
 def test_bad_configuration_is_refused_before_anything_runs_in_one_line(stack, hosts):
@@ -316,15 +340,18 @@ def test_bad_configuration_is_refused_before_anything_runs_in_one_line(stack, ho
         "FLEET_ARTIFACTS": {"FLEET_ARTIFACTS": "s3://no-such-bucket-anywhere/fleet"},
         "fleet worker": {},  # a good stack, but no worker listens
     }
+    # every command at once (each is a Python start and a Dagster import), then each one's answer
+    started = {}
     for name, extra in cases.items():
         h = hosts(f"bad-{name.replace(' ', '-').lower()}", **extra)
-        p = h.fleet("run", "--week", "2026-11-16", "--force")
+        started[name] = (h, h.fleet("run", "--week", "2026-11-16", "--force"),
+                         h.fleet("worker") if name != "fleet worker" else None)
+    for name, (h, p, w) in started.items():
         out, err = p.communicate(timeout=180)
         assert p.returncode == 2, (name, out, err)
         lines = [ln for ln in err.splitlines() if ln.strip()]
         assert len(lines) == 1 and lines[0].startswith("fleet: error:") and name in lines[0], (name, err)
         assert not (h.home / "workers").exists() or not any((h.home / "workers").iterdir()), name
-        if name != "fleet worker":
-            w = h.fleet("worker")
+        if w is not None:
             wout, werr = w.communicate(timeout=180)
             assert w.returncode == 2 and name in werr, (name, wout, werr)

@@ -108,7 +108,8 @@ class WorkerWatch:
     - no worker has listed it for ``lost_after_s`` and it has no result, while some answering worker had room
       (fewer active and reserved tasks than processes) at every poll meanwhile. A worker with room takes the
       next message of the queue at once, so such a task is in no queue: a broker restart dropped it, before or
-      after a worker took it.
+      after a worker took it; or
+    - no worker at all has answered a reachable broker for ``lost_after_s``: every worker is gone.
     """
 
     def __init__(self, app, instance, run, lost_after_s: float, poll_s: float = POLL_S):
@@ -119,6 +120,7 @@ class WorkerWatch:
         self.last_seen: dict[str, float] = {}
         self.capacity: dict[str, int] = {}         # worker -> its pool's processes
         self.unlisted_since: dict[str, float] = {}
+        self.nobody_since: float | None = None     # since when no worker has answered
         self.lost: set[str] = set()
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -190,6 +192,19 @@ class WorkerWatch:
             silent = now - self.last_seen.get(worker, now)
             if silent >= self.lost_after_s:
                 self.fail_worker(worker, silent)
+        # no worker at all has answered for long enough (the broker answers: a poll that cannot reach it raises):
+        # the run's steps wait for workers that are gone
+        tasks = {t: step for t, step in tasks.items() if t in self.tasks}
+        if answered:
+            self.nobody_since = None
+        elif tasks:
+            self.nobody_since = self.nobody_since if self.nobody_since is not None else now
+            if now - self.nobody_since >= self.lost_after_s:
+                self.fail_tasks(tasks, f"no celery worker has answered on the broker for {now - self.nobody_since:.0f} s "
+                                f"(FLEET_WORKER_LOST_S={self.lost_after_s:g}): the steps {', '.join(sorted(tasks.values()))} "
+                                "wait for workers that are gone (infra); start `fleet worker`s")
+                self.nobody_since = None
+                return
         # a task no worker lists, with no result, while a worker had room: in no queue any more
         room = [w for w in answered if load[w] < self.capacity.get(w, 0)]
         for task_id, step in tasks.items():
@@ -242,9 +257,66 @@ def worker_name(name: str | None) -> str:
     return name or f"fleet-{os.getpid()}@{socket.gethostname()}"
 
 
+def supervise(run, what: str, echo, quick_s: float = 30.0, quick_limit: int = 5) -> int:
+    """Run ``run`` in a forked child, and start it again whenever it ends without being asked to: what ``fleet
+    worker`` does for its Celery worker. Celery's Redis transport can end a worker on a broker restart
+    ("Unrecoverable error" while it restores its unacknowledged messages, kombu 5.x), and a week must not wait for
+    someone to restart it. A child that ends by itself within ``quick_s`` of its start ``quick_limit`` times in a row
+    is left down (something is wrong that a restart will not mend), and its exit code returned. SIGTERM (forwarded
+    to the child) and SIGINT (which a terminal sends the child itself) stop it for good."""
+    import multiprocessing
+    import signal
+
+    child = None
+    stopping = False
+
+    def child_of(target):
+        nonlocal child
+        # named as a process of its own would be: Celery's logs label the worker's own lines "MainProcess"
+        child = multiprocessing.get_context("fork").Process(target=target, name="MainProcess")
+        child.start()
+        return child
+
+    def stop(signum, _frame):
+        nonlocal stopping
+        stopping = True
+        if signum == signal.SIGTERM and child is not None and child.pid and child.exitcode is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(child.pid, signal.SIGTERM)
+
+    before = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        return _supervised(lambda: child_of(run), lambda: stopping, what, echo, quick_s, quick_limit)
+    finally:
+        for sig, handler in before.items():
+            signal.signal(sig, handler)
+
+
+def _supervised(start, stopping, what: str, echo, quick_s: float, quick_limit: int) -> int:
+    quick, delay = 0, 1.0
+    while True:
+        started = time.monotonic()
+        child = start()
+        child.join()
+        code = child.exitcode
+        if stopping() or code == 0:
+            return code or 0
+        quick = quick + 1 if time.monotonic() - started < quick_s else 1
+        if quick >= quick_limit:
+            echo(f"fleet: {what} ended {quick} times within {quick_s:g} s of its start (last exit code {code}); "
+                 "leaving it down")
+            return code
+        delay = delay * 2 if quick > 1 else 1.0
+        echo(f"fleet: {what} ended by itself (exit code {code}); starting it again in {delay:g} s")
+        if not stopping():
+            time.sleep(delay)
+        if stopping():
+            return code
+
+
 def worker_main(s: Settings, concurrency: int, node: str, queues: str = QUEUE, loglevel: str = "INFO") -> None:
     """Run a Celery worker for fleet's definitions until it is stopped (``fleet worker``, which loads the
-    definitions first, so the pool's processes fork with them in memory)."""
+    definitions first, so the pool's processes fork with them in memory, and supervises it: :func:`supervise`)."""
     from dagster_celery.make_app import make_app
     from dagster_celery.tasks import create_task
 

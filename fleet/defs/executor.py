@@ -36,8 +36,17 @@ class FleetExecutor(Executor):
         record_run_worker(instance, run.run_id)
         claim_week(instance, run)
         instance.add_run_tags(run.run_id, {codeversion.TAG: codeversion.code_version()})
-        with self.watch(instance, run) if self.watch else contextlib.nullcontext():
-            yield from self.inner.execute(plan_context, execution_plan)
+        try:
+            with self.watch(instance, run) if self.watch else contextlib.nullcontext():
+                yield from self.inner.execute(plan_context, execution_plan)
+        finally:
+            # Every step of the run has ended: a claim on the scrapers pool still held is one a step never gave
+            # back (its process died, or its Celery task was revoked before it started). Dagster frees those only
+            # with run monitoring's free_slots_after_run_end_seconds, which fleet does not set; without this, each
+            # lost worker would shrink the pool for good.
+            if instance.event_log_storage.supports_global_concurrency_limits:
+                with contextlib.suppress(Exception):
+                    instance.event_log_storage.free_concurrency_slots_for_run(run.run_id)
 
 
 def fleet_executor(executor_def: ExecutorDefinition, watch=None) -> ExecutorDefinition:
