@@ -1,6 +1,9 @@
 """scale_out: latency-bound demo sources on one Celery worker, then on two (a cap of 10 each), on this machine.
 
-Each source fetches PAGES pages of a demo site that answers after LATENCY_MS: its time is network wait, not CPU.
+Each source fetches PAGES pages of a demo site that answers after LATENCY_MS: its time is network wait, not CPU
+(50 s a source, as a multi-page scraper of a slow site spends; each page is one navigation, so the CPU is a
+browser context's start and ten page loads). A run pays, once, about one cold start per slot (a warm worker and
+its Chromium, several seconds when twenty start at once on two cores) beyond the floor: the breakdown reports it.
 The floor of a configuration is the total network wait divided by its slots (10 per worker), the wait summed
 from what the sites served (each request's time in the server). The wall is the
 scrape run's, from its start to its end as the Dagster instance records them (the publish run that follows is
@@ -21,7 +24,7 @@ from pathlib import Path
 from bench.util import PY, ROOT, rnd
 
 N_SOURCES = 40
-PAGES = 5
+PAGES = 10
 LATENCY_MS = 5000
 CAP = 10
 GOAL = 1.2

@@ -137,8 +137,11 @@ class WorkerWatch:
         from celery.signals import after_task_publish
 
         after_task_publish.disconnect(self.published)
+        # The run has ended: the thread stops at its next wait, and a poll it is in the middle of (two broadcasts
+        # of up to 3 s each) fails nothing once the run has ended. Waiting for that poll would add seconds to every
+        # run's end.
         self._stop.set()
-        self._thread.join(timeout=10)
+        self._thread.join(timeout=0.1)
 
     def published(self, sender=None, headers=None, body=None, **_kw) -> None:
         """Celery's ``after_task_publish`` receiver: a task this process published (protocol 2: the id in the
@@ -237,6 +240,8 @@ class WorkerWatch:
                                f"{', '.join(sorted(tasks.values()))} (infra)")
 
     def fail_tasks(self, tasks: dict[str, str], why: str) -> None:
+        if self._stop.is_set():  # the run has ended: nothing of it is left to fail
+            return
         for task_id in tasks:
             # revoked for every worker (a redelivered message is dropped), and ended in the backend, which is
             # what the executor polls
