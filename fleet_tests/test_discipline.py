@@ -139,11 +139,18 @@ def test_fleet_ui_hands_its_home_to_the_dagster_it_starts(fleet_env, tmp_path, m
         def wait(self):
             return 0
 
+    real_popen = subprocess.Popen
+
+    def popen(cmd, *args, **kwargs):  # other commands (the sandbox's probe of its user) run for real
+        if "dagster" in cmd and "dev" in cmd:
+            return Dev(cmd, *args, **kwargs)
+        return real_popen(cmd, *args, **kwargs)
+
     monkeypatch.chdir(elsewhere)
     for var in ("FLEET_HOME", "DAGSTER_HOME"):  # set first, so that what the command sets is undone afterwards
         monkeypatch.setenv(var, "")
         monkeypatch.delenv(var)
-    monkeypatch.setattr(subprocess, "Popen", Dev)
+    monkeypatch.setattr(subprocess, "Popen", popen)
     handler = signal.getsignal(signal.SIGTERM)
     res = CliRunner().invoke(cli.main, ["ui", "--no-demo"])
     assert signal.getsignal(signal.SIGTERM) is handler  # the forwarding to `dagster dev` is undone
