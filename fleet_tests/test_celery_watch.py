@@ -65,6 +65,14 @@ def test_a_silent_worker_loses_its_tasks_of_the_run_and_no_other():
     assert any(m.startswith("fleet: celery worker a@h answered nothing") for m in messages), messages
     watch.poll(now=100)  # a worker declared gone is not failed twice
     assert len(app.revoked) == 2 and watch.tasks == {}
+    # its `fleet worker` starts it again under the same name: it takes a task of the run, then dies for good
+    app.active = {"a@h": [_task("t4", run.run_id, "raw__four")], "b@h": []}
+    app.reserved = {}
+    watch.poll(now=110)
+    app.active = {"b@h": []}
+    watch.poll(now=120)
+    watch.poll(now=141)
+    assert app.revoked[-1] == "t4" and "celery worker a@h answered nothing for 31 s" in app.marked[-1][1]
 
 
 def test_a_task_its_worker_dropped_without_a_result_is_failed_after_the_same_wait():

@@ -171,10 +171,11 @@ class WorkerWatch:
                     if task.get("id"):
                         listed[task["id"]] = worker
                     step = _step_of(task, self.run.run_id)
-                    if step is not None and task.get("id") and worker not in self.lost:
+                    if step is not None and task.get("id"):
                         with self._lock:
                             self.tasks.setdefault(task["id"], step)
         answered = set(load)
+        self.lost -= answered  # one declared gone that answers again is back (`fleet worker` restarted it): watched anew
         for worker in answered:
             self.last_seen[worker] = now
         if answered - set(self.capacity):
