@@ -29,7 +29,7 @@ def build_automation(scrape_job, publish_job, crash_reruns: int, artifacts):
         # A run that run monitoring failed because its worker died (fleet/defs/runworker.py) still holds its
         # steps' claims on the scrapers pool: Dagster's daemon frees them only with free_slots_after_run_end_seconds,
         # which fleet does not set. Give them back, as reap_dead_run does, before its follow-up asks for them. A run
-        # that failed by itself holds none (its steps gave them back as they ended).
+        # that failed by itself holds none (its executor gave back what its steps had not, as it ended).
         context.instance.event_log_storage.free_concurrency_slots_for_run(context.dagster_run.run_id)
         return _follow(context, crash_reruns, artifacts)
 

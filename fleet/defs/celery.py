@@ -276,13 +276,6 @@ def supervise(run, what: str, echo, quick_s: float = 30.0, quick_limit: int = 5)
     child = None
     stopping = False
 
-    def child_of(target):
-        nonlocal child
-        # named as a process of its own would be: Celery's logs label the worker's own lines "MainProcess"
-        child = multiprocessing.get_context("fork").Process(target=target, name="MainProcess")
-        child.start()
-        return child
-
     def stop(signum, _frame):
         nonlocal stopping
         stopping = True
@@ -292,32 +285,30 @@ def supervise(run, what: str, echo, quick_s: float = 30.0, quick_limit: int = 5)
 
     before = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
-        return _supervised(lambda: child_of(run), lambda: stopping, what, echo, quick_s, quick_limit)
+        quick, delay = 0, 1.0
+        while True:
+            started = time.monotonic()
+            # named as a process of its own would be: Celery's logs label the worker's own lines "MainProcess"
+            child = multiprocessing.get_context("fork").Process(target=run, name="MainProcess")
+            child.start()
+            child.join()
+            code = child.exitcode
+            if stopping or code == 0:
+                return code or 0
+            quick = quick + 1 if time.monotonic() - started < quick_s else 1
+            if quick >= quick_limit:
+                echo(f"fleet: {what} ended {quick} times within {quick_s:g} s of its start (last exit code {code}); "
+                     "leaving it down")
+                return code
+            delay = delay * 2 if quick > 1 else 1.0
+            echo(f"fleet: {what} ended by itself (exit code {code}); starting it again in {delay:g} s")
+            if not stopping:
+                time.sleep(delay)
+            if stopping:
+                return code
     finally:
         for sig, handler in before.items():
             signal.signal(sig, handler)
-
-
-def _supervised(start, stopping, what: str, echo, quick_s: float, quick_limit: int) -> int:
-    quick, delay = 0, 1.0
-    while True:
-        started = time.monotonic()
-        child = start()
-        child.join()
-        code = child.exitcode
-        if stopping() or code == 0:
-            return code or 0
-        quick = quick + 1 if time.monotonic() - started < quick_s else 1
-        if quick >= quick_limit:
-            echo(f"fleet: {what} ended {quick} times within {quick_s:g} s of its start (last exit code {code}); "
-                 "leaving it down")
-            return code
-        delay = delay * 2 if quick > 1 else 1.0
-        echo(f"fleet: {what} ended by itself (exit code {code}); starting it again in {delay:g} s")
-        if not stopping():
-            time.sleep(delay)
-        if stopping():
-            return code
 
 
 def worker_main(s: Settings, concurrency: int, node: str, queues: str = QUEUE, loglevel: str = "INFO") -> None:

@@ -59,12 +59,17 @@ return string.format('%.6f', wait)
 """
 
 
+def _safe(host: str) -> str:
+    """``host`` as a file name or key part: lower case, anything but letters, digits, dots and dashes as ``_``."""
+    return re.sub(r"[^a-z0-9.-]", "_", host.lower())
+
+
 def _host_file(root: Path, host: str, suffix: str) -> Path:
-    return root / (re.sub(r"[^a-z0-9.-]", "_", host.lower()) + suffix)
+    return root / (_safe(host) + suffix)
 
 
 def _host_key(host: str) -> str:
-    return "fleet:politeness:" + re.sub(r"[^a-z0-9.-]", "_", host.lower())
+    return "fleet:politeness:" + _safe(host)
 
 
 def _strictest(n: int, t: float, records, own: tuple[int | None, float | None]) -> tuple[int, float]:
