@@ -12,7 +12,7 @@ import polars as pl
 from fleet.config import CHROMIUM_ARGS, chromium_path
 from fleet.scraping import pool, worker
 from fleet.scraping.discovery import discover
-from fleet.scraping.procs import alive, descendants
+from fleet.scraping.procs import alive, descendants, stat_fields
 from fleet.scraping.runner import WorkerSettings, run_source
 from fleet.storage.store import LocalArtifactStore, rows_key
 from fleet_tests.conftest import ROOT, WEEK, Lines
@@ -22,16 +22,18 @@ SCRAPERS = ROOT / "fleet_tests" / "scrapers_browser"
 
 def _browsers_under(pid: int) -> list[tuple[int, list[bytes]]]:
     """The browser processes (not renderers, nor the shells that run them) under ``pid``, with their argv."""
-    out = []
+    chromium = {}
     for p in descendants(pid):
         try:
             argv = Path(f"/proc/{p}/cmdline").read_bytes().split(b"\0")
         except OSError:
             continue
-        # a helper (zygote, renderer, utility) says --type=; Chromium may rewrite its title into argv[0]
-        if b"chrom" in argv[0] and b"--type=" not in b" ".join(argv):
-            out.append((p, argv))
-    return out
+        if b"chrom" in argv[0]:  # Chromium may rewrite its title into argv[0]
+            chromium[p] = argv
+    # A helper (zygote, renderer, utility) says --type=. One the browser has just forked and not yet exec'd still
+    # has the browser's own argv (CI saw one): its parent is a Chromium, a browser's is its exit recorder.
+    return [(p, argv) for p, argv in chromium.items()
+            if b"--type=" not in b" ".join(argv) and int((stat_fields(p) or ["", "0"])[1]) not in chromium]
 
 
 def test_a_worker_launches_its_own_chromium_with_fleets_switches_and_knows_how_it_ended(tmp_path, monkeypatch):
