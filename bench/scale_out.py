@@ -23,7 +23,10 @@ from pathlib import Path
 
 from bench.util import PY, ROOT, rnd
 
-N_SOURCES = 40
+# 80 sources: 8 rounds of a slot on one worker, 4 on two, as a week of many sources is (500 on 10 slots is 50). With
+# 40 the fixed cost of a run (a cold start per slot, ~20 of them at once on 2 cores) weighs twice as much; set
+# SCALE_OUT_SOURCES=40 to see it (1.190 and 1.212 measured, BENCHMARKS.md).
+N_SOURCES = int(os.environ.get("SCALE_OUT_SOURCES", "80"))
 PAGES = 10
 LATENCY_MS = 5000
 CAP = 10
