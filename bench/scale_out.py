@@ -1,9 +1,10 @@
 """scale_out: latency-bound demo sources on one Celery worker, then on two (a cap of 10 each), on this machine.
 
 Each source fetches PAGES pages of a demo site that answers after LATENCY_MS: its time is network wait, not CPU
-(50 s a source, as a multi-page scraper of a slow site spends; each page is one navigation, so the CPU is a
-browser context's start and ten page loads). A run pays, once, about one cold start per slot (a warm worker and
-its Chromium, several seconds when twenty start at once on two cores) beyond the floor: the breakdown reports it.
+(100 s a source, as a multi-page scraper of a slow site spends; each page is one navigation, so the CPU is a
+browser context's start and twenty page loads). Beyond the floor a run pays, once, about one cold start per slot
+(a warm worker and its Chromium, several seconds when twenty start at once on two cores), and, each time a step
+ends, the hand-off of its slot to the next (see N_SOURCES): the breakdown reports both.
 The floor of a configuration is the total network wait divided by its slots (10 per worker), the wait summed
 from what the sites served (each request's time in the server). The wall is the
 scrape run's, from its start to its end as the Dagster instance records them (the publish run that follows is
@@ -23,11 +24,12 @@ from pathlib import Path
 
 from bench.util import PY, ROOT, rnd
 
-# 80 sources: 8 rounds of a slot on one worker, 4 on two, as a week of many sources is (500 on 10 slots is 50). With
-# 40 the fixed cost of a run (a cold start per slot, ~20 of them at once on 2 cores) weighs twice as much; set
-# SCALE_OUT_SOURCES=40 to see it (1.190 and 1.212 measured, BENCHMARKS.md).
-N_SOURCES = int(os.environ.get("SCALE_OUT_SOURCES", "80"))
-PAGES = 10
+# 40 sources of 20 pages (100 s of waits each): 4 rounds of a slot on one worker, 2 on two. What a run pays
+# beyond the waits is mostly fixed (a cold start per slot, the run's start and end) plus a hand-off per round
+# (Dagster re-checks a step blocked on the scrapers pool with a back-off of up to 15 s), so the ratio depends on
+# how long a source is: SCALE_OUT_SOURCES and SCALE_OUT_PAGES choose another shape (BENCHMARKS.md has three).
+N_SOURCES = int(os.environ.get("SCALE_OUT_SOURCES", "40"))
+PAGES = int(os.environ.get("SCALE_OUT_PAGES", "20"))
 LATENCY_MS = 5000
 CAP = 10
 GOAL = 1.2
@@ -158,7 +160,7 @@ def one(tmp: Path, env: dict, workers: int, week: str, sites) -> dict:
         scrape = [r for r in instance.get_run_records(RunsFilter(tags={"dagster/partition": week}))
                   if r.dagster_run.tags.get("fleet/kind") == "scrape"][0]
         wall = scrape.end_time - scrape.start_time
-        breakdown = where_time_went(instance, scrape)
+        breakdown = where_time_went(instance, scrape, CAP * workers)
     finally:
         for p, h in zip(procs, homes):
             _stop(p, h)
@@ -173,10 +175,11 @@ def one(tmp: Path, env: dict, workers: int, week: str, sites) -> dict:
             "memory_per_slot_mb": rnd(mem.used_mb / (CAP * workers), 0), "breakdown": breakdown}
 
 
-def where_time_went(instance, record) -> dict:
+def where_time_went(instance, record, slots: int) -> dict:
     """The scrape run's time beyond its sources' network waits, from its event log: before the first step
     started; from a step's submission to the queue to its start on a worker; a step's own time beyond its
-    pages' waits (the browser context, writing the rows); after the last step ended."""
+    pages' waits (the browser context, writing the rows); from a step's end to the submission of the step that
+    took its slot; after the last step ended."""
     from dagster import DagsterEventType
 
     submitted, started, ended = {}, {}, {}
@@ -192,11 +195,15 @@ def where_time_went(instance, record) -> dict:
         elif d.event_type in (DagsterEventType.STEP_SUCCESS, DagsterEventType.STEP_FAILURE):
             ended[d.step_key] = e.timestamp
     own = [ended[k] - started[k] - PAGES * LATENCY_MS / 1000 for k in ended if k in started]
+    # a slot's hand-off: the n-th submission beyond the slots waited for the (n - slots)-th step to end
+    subs, ends = sorted(submitted.values()), sorted(ended.values())
+    handoff = [subs[i] - ends[i - slots] for i in range(slots, len(subs)) if i - slots < len(ends)]
     queued = [started[k] - submitted[k] for k in started if k in submitted]
     median = lambda xs: rnd(sorted(xs)[len(xs) // 2], 1) if xs else None  # noqa: E731
     return {"before_first_step_s": rnd(min(started.values()) - record.start_time, 1) if started else None,
             "submit_to_start_median_s": median(queued), "submit_to_start_max_s": rnd(max(queued), 1) if queued else None,
             "step_beyond_waits_median_s": median(own), "step_beyond_waits_max_s": rnd(max(own), 1) if own else None,
+            "slot_handoff_median_s": median(handoff), "slot_handoff_max_s": rnd(max(handoff), 1) if handoff else None,
             "after_last_step_s": rnd(record.end_time - max(ended.values()), 1) if ended else None}
 
 
