@@ -33,8 +33,9 @@ def run(quick: bool, repeats: int) -> dict:
     try:
         scrapers = tmp / "scrapers"
         crashing = write_sources(scrapers, n, k, pages)
+        # every source visits the one demo site: its per-domain bound (4 at once by default) is raised to the cap
         base_env = {"FLEET_SCRAPERS_DIR": str(scrapers), "FLEET_DEMO_URL": sites.url, "FLEET_MAX_PARALLEL": str(cap),
-                    "FLEET_CRASH_RERUNS": "2"}
+                    "FLEET_CRASH_RERUNS": "2", "FLEET_DOMAIN_CONCURRENCY": str(cap)}
         runs: dict[str, list[dict]] = {"crash": [], "clean": []}
         for i in range(repeats):
             for kind in ("crash", "clean"):
