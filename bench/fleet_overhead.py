@@ -16,6 +16,8 @@ import tempfile
 from pathlib import Path
 
 from bench.util import PY, ROOT, median, rnd, run_measured
+from fleet.storage import store as keys
+from fleet.storage.store import LocalArtifactStore
 
 WEEK = "2026-11-16"
 TEMPLATE = '''import os
@@ -98,7 +100,8 @@ def run(quick: bool, repeats: int) -> dict:
             subprocess.run(["git", "init", "-q", "--bare", "--initial-branch=main", str(remote)], check=True)
             env = {**base_env, "FLEET_HOME": str(home), "FLEET_DATA_REMOTE": str(remote)}
             r = run_measured([fleet_bin, "run", "--week", WEEK, "--force"], env=env, cwd=tmp, check=False)
-            outcomes = [json.loads(p.read_text()) for p in (home / "artifacts" / WEEK / "raw").glob("*.outcome.json")]
+            store = LocalArtifactStore(home / "artifacts")
+            outcomes = [keys.read_outcome(store, WEEK, f"lat_{j:03d}") or {} for j in range(n)]
             r["ok_sources"] = sum(o.get("status") == "ok" for o in outcomes)
             r["source_seconds"] = [o.get("seconds", 0) for o in outcomes]
             if r["rc"] != 0 or r["ok_sources"] != n:
