@@ -12,7 +12,7 @@ import click
 from pathlib import Path
 
 from fleet.config import PROJECT_ROOT, chromium_path, scraper_dirs, settings
-from fleet.errors import FleetError
+from fleet.errors import FleetError, without_credentials
 from fleet.weeks import check_week_in_partitions, last_complete_week, parse_week, week_key
 
 EXIT_OK, EXIT_PARTIAL, EXIT_NOTHING = 0, 1, 2
@@ -102,7 +102,7 @@ def run_week(week: str, sources: tuple[str, ...] = (), deep: tuple[str, ...] = (
 
     say_sandbox(s.home, echo)  # after every refusal: a bad setting is the one line a refused run prints
     reap_orphaned_runs(instance, week, echo)
-    where = f"on the workers of {s.celery_broker}" if s.executor == "celery" else "on this machine"
+    where = f"on the workers of {without_credentials(s.celery_broker)}" if s.executor == "celery" else "on this machine"
     echo(f"fleet: scraping week {week} ({len(sources or names)} sources, at most {s.max_parallel} at once, {where})")
     with Progress(instance, store, week, len(sources or names), echo,
                   live=echo is click.echo and sys.stdout.isatty() and not verbose):
@@ -687,7 +687,8 @@ def worker(concurrency, name):
         os.environ["FLEET_WORKER_NAME"] = node  # each step's metadata names the host and worker that ran it
         import fleet.defs.definitions  # noqa: F401  the pool's processes fork with the definitions in memory
 
-        click.echo(f"fleet: worker {node} on {s.celery_broker}, {concurrency or s.worker_concurrency} at once")
+        click.echo(f"fleet: worker {node} on {without_credentials(s.celery_broker)}, "
+                   f"{concurrency or s.worker_concurrency} at once")
         code = celery.supervise(lambda: celery.worker_main(s, concurrency or s.worker_concurrency, node),
                                 f"the celery worker {node}", lambda line: click.echo(line, err=True))
         sys.exit(code)

@@ -1,4 +1,13 @@
 """Errors fleet raises, each naming the source and what is wrong."""
+import re
+
+_URL_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/@\s]+@")
+
+
+def without_credentials(text: object) -> str:
+    """``text`` with the user and password of every URL in it replaced by ``***``: a broker, database or remote
+    URL may carry them, and a message must not."""
+    return _URL_USERINFO.sub(r"\1***@", str(text))
 
 
 class FleetError(Exception):

@@ -158,3 +158,23 @@ def test_fleet_worker_starts_its_celery_worker_again_when_it_ends_by_itself(tmp_
     said.clear()
     assert supervise(lambda: os._exit(3), "the child", said.append, quick_limit=2) == 3
     assert said[-1] == "fleet: the child ended 2 times within 30 s of its start (last exit code 3); leaving it down", said
+
+
+def test_an_unreachable_brokers_refusal_names_it_without_its_password(monkeypatch):
+    """check_broker's one line names FLEET_CELERY_BROKER and where it points, but never the password in it (nor
+    in kombu's own error, which may repeat the URL)."""
+    import pytest
+
+    from fleet.config import settings
+    from fleet.defs.celery import check_broker
+    from fleet.errors import FleetError
+    from fleet_tests.conftest import free_port
+
+    url = f"redis://fleet:s3cret-pass@127.0.0.1:{free_port()}/0"
+    monkeypatch.setenv("FLEET_EXECUTOR", "celery")
+    monkeypatch.setenv("FLEET_CELERY_BROKER", url)
+    with pytest.raises(FleetError) as refused:
+        check_broker(settings())
+    message = str(refused.value)
+    assert message.startswith("FLEET_CELERY_BROKER=redis://***@127.0.0.1:"), message
+    assert "s3cret-pass" not in message and "\n" not in message, message

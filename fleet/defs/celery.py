@@ -23,7 +23,7 @@ import threading
 import time
 
 from fleet.config import Settings
-from fleet.errors import FleetError
+from fleet.errors import FleetError, without_credentials
 
 # One place for the settings both sides of the queue must agree on (the executor's app and `fleet worker`'s).
 CELERY_CONF = {
@@ -73,7 +73,8 @@ def check_broker(s: Settings) -> None:
         with control_app(s).connection_for_write() as conn:
             conn.ensure_connection(max_retries=2, interval_start=0.2, interval_step=0.5, timeout=5)
     except Exception as exc:
-        raise FleetError(f"FLEET_CELERY_BROKER={s.celery_broker} cannot be reached: {exc}") from None
+        # the URL (and kombu's error, which may repeat it) without the broker's password
+        raise FleetError(without_credentials(f"FLEET_CELERY_BROKER={s.celery_broker} cannot be reached: {exc}")) from None
 
 
 def check_workers(s: Settings) -> list[str]:
@@ -82,8 +83,9 @@ def check_workers(s: Settings) -> list[str]:
     replies = control_app(s).control.ping(timeout=3.0) or []
     names = sorted(name for reply in replies for name in reply)
     if not names:
-        raise FleetError(f"no `fleet worker` answers on FLEET_CELERY_BROKER={s.celery_broker}: start one (README, "
-                         "\"Running on more than one machine\") before running a week with FLEET_EXECUTOR=celery")
+        raise FleetError(without_credentials(
+            f"no `fleet worker` answers on FLEET_CELERY_BROKER={s.celery_broker}: start one (README, \"Running on "
+            "more than one machine\") before running a week with FLEET_EXECUTOR=celery"))
     return names
 
 

@@ -11,9 +11,8 @@ from urllib.parse import quote, unquote, urlsplit, urlunsplit
 
 import git
 
-from fleet.errors import CommitError
+from fleet.errors import CommitError, without_credentials
 
-_URL_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/@\s]+@")
 _AUTH_HEADER = re.compile(r"(?i)(authorization:\s*\S+\s+)\S+")
 
 # A rejection that retrying cannot cure: branch protection, workflow files, identity/authentication, a remote
@@ -119,8 +118,7 @@ class Redactor:
         out = str(text)
         for secret in self._secrets:
             out = out.replace(secret, "***")
-        out = _URL_USERINFO.sub(r"\1***@", out)
-        return _AUTH_HEADER.sub(r"\1***", out)
+        return _AUTH_HEADER.sub(r"\1***", without_credentials(out))
 
 
 class Say:

@@ -25,6 +25,8 @@ import uuid
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from fleet.errors import without_credentials
+
 POLL_S = 0.02
 SHARED_POLL_S = 0.1  # a round trip to Redis per poll: slower than a lock file's
 LEASE_S = 30.0
@@ -126,7 +128,7 @@ class Politeness:
         if not self._said_down:
             self._said_down = True
             log.warning("[%s] politeness: the shared bounds at %s cannot be reached (%s: %s); bounding this "
-                        "host's requests alone until it is back", self.source, _redacted(self.shared),
+                        "host's requests alone until it is back", self.source, without_credentials(self.shared),
                         type(exc).__name__, exc)
 
     # -- this host's files --------------------------------------------------------------------------------------
@@ -264,10 +266,3 @@ class Politeness:
             raise
         return release
 
-
-def _redacted(url: str) -> str:
-    """``url`` without its password."""
-    parts = urlsplit(url)
-    if parts.password:
-        return url.replace(f":{parts.password}@", ":***@", 1)
-    return url
