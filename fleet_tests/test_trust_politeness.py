@@ -7,17 +7,15 @@ import os
 import subprocess
 import sys
 import threading
-from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 
 from fleet.demo.sites import DemoSites
 from fleet.errors import FleetError
+from fleet_tests.conftest import ROOT
 from fleet_tests.services import Redis, free_port
 from fleet_tests.test_runner import run, scraper
-
-ROOT = Path(__file__).resolve().parent.parent
 
 GOTOS = """
         for i in range(4):

@@ -111,34 +111,12 @@ def test_without_a_sandbox_user_fleet_says_so_once_and_runs_as_today(fleet_env):
 
 
 def test_fleet_ui_says_the_sandbox_is_off_once_at_start(fleet_env):
-    """The UI's runs scrape on this host too: `fleet ui` says the same line once, before the webserver starts."""
-    import signal
-    import subprocess
-    import sys
-    import threading
-    import time
+    """The UI's runs scrape on this host too: `fleet ui` says the same line once, as it starts."""
+    from fleet_tests.conftest import start_ui, stop_ui
 
-    from fleet_tests.services import free_port
-
-    env = {**fleet_env.env, "FLEET_SANDBOX_USER": "no-such-user-here"}
-    proc = subprocess.Popen([sys.executable, "-m", "fleet.cli", "ui", "--port", str(free_port())], env=env,
-                            cwd=env["FLEET_HOME"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
-    seen, out = [], []
-    readers = [threading.Thread(target=lambda f=f, into=into: into.extend(ln.rstrip() for ln in f), daemon=True)
-               for f, into in ((proc.stderr, seen), (proc.stdout, out))]
-    for r in readers:
-        r.start()
-    deadline = time.monotonic() + 180
-    try:  # up to the webserver's start (dagster's own log, on stdout): the line comes before it
-        while not any("Serving dagster-webserver" in ln for ln in out):
-            assert proc.poll() is None and time.monotonic() < deadline, (seen, out[-20:])
-            time.sleep(0.5)
-    finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        proc.wait(60)
-        for r in readers:
-            r.join(10)
+    ui, _port = start_ui(fleet_env, {**fleet_env.env, "FLEET_SANDBOX_USER": "no-such-user-here"}, settle_s=0)
+    stop_ui(ui)
+    seen = (fleet_env.tmp / "ui.log").read_text().splitlines()
     said = [ln for ln in seen if "browser sandbox" in ln]
     assert said == ["fleet: the browser sandbox is off (there is no user 'no-such-user-here' (FLEET_SANDBOX_USER) to "
                     "run scrape workers as); scrape workers and Chromium run as root with --no-sandbox"], seen
