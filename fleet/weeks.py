@@ -39,16 +39,32 @@ def iso_label(value: str | dt.date) -> str:
     return f"{y}-W{w:02d}"
 
 
-def last_complete_week(today: dt.date) -> dt.date:
-    """The Monday of the last fully finished week, relative to ``today`` (used only by drivers, never by tasks)."""
-    return parse_week(today) - dt.timedelta(days=7)
+def utc_now() -> dt.datetime:
+    """fleet's one clock: now, in UTC. Drivers and records ask it; a task never does (its week is its partition)."""
+    return dt.datetime.now(dt.timezone.utc)
+
+
+def today(now: dt.datetime | None = None) -> dt.date:
+    """Today's date in UTC (``now``'s, when given): the same day on every host, whatever its ``TZ``."""
+    now = now or utc_now()
+    return (now if now.tzinfo else now.replace(tzinfo=dt.timezone.utc)).astimezone(dt.timezone.utc).date()
+
+
+def last_complete_week(day: dt.date | None = None) -> dt.date:
+    """The Monday of the last fully finished week before ``day`` (default: :func:`today`, in UTC): what "past"
+    means to the past-week guard and what a driver runs by default. Used only by drivers, never by tasks."""
+    return parse_week(day or today()) - dt.timedelta(days=7)
+
+
+def current_week(now: dt.datetime | None = None) -> dt.date:
+    """The Monday of the week in progress in UTC."""
+    return parse_week(today(now))
 
 
 def last_partition_week(now: dt.datetime | None = None) -> dt.date:
     """The Monday of the last weekly partition: the week in progress in UTC (the partitions' ``end_offset=1``,
     fleet/defs/assets.py), never before the first partition."""
-    now = now or dt.datetime.now(dt.timezone.utc)
-    return parse_week(now.astimezone(dt.timezone.utc).date())
+    return current_week(now)
 
 
 def check_week_in_partitions(week: str | dt.date, start_week: str, now: dt.datetime | None = None) -> str:
