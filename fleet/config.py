@@ -1,11 +1,15 @@
-"""Settings read from the environment (``FLEET_*``), resolved when asked for, never at import time."""
+"""Settings read from the environment (``FLEET_*``, and the few others fleet honours), resolved when asked for,
+never at import time. The one module that reads ``os.environ`` (fleet_tests/test_settings_home.py holds that): a
+child process gets its environment from :func:`process_env`."""
 from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import importlib.util
 import math
 import os
 import shutil
+import socket
 from pathlib import Path
 
 from fleet.errors import FleetError
@@ -23,10 +27,14 @@ CHROMIUM_CANDIDATES = ("/usr/bin/chromium-headless-shell", "/usr/lib/chromium/ch
                        "/usr/bin/google-chrome", "/snap/bin/chromium")
 
 
+def _text(name: str) -> str:
+    return os.environ.get(name, "").strip()
+
+
 def env_number(name: str, default, cast=float, minimum=0):
     """``FLEET_*`` variable ``name`` as a ``cast`` (int or float) of at least ``minimum``; ``default`` when unset
     or empty. Anything else is a FleetError naming the variable, never a silent clamp."""
-    raw = os.environ.get(name, "").strip()
+    raw = _text(name)
     if not raw:
         return default
     try:
@@ -44,7 +52,7 @@ def env_number(name: str, default, cast=float, minimum=0):
 
 def env_flag(name: str) -> bool:
     """``FLEET_*`` on/off variable ``name``: 1/true/yes/on or 0/false/no/off (any case); off when unset or empty."""
-    raw = os.environ.get(name, "").strip().lower()
+    raw = _text(name).lower()
     if raw in ("", "0", "false", "no", "off"):
         return False
     if raw in ("1", "true", "yes", "on"):
@@ -53,10 +61,126 @@ def env_flag(name: str) -> bool:
 
 
 def env_choice(name: str, default: str, choices: tuple[str, ...]) -> str:
-    raw = os.environ.get(name, "").strip() or default
+    raw = _text(name) or default
     if raw not in choices:
         raise FleetError(f"{name} must be {' or '.join(repr(c) for c in choices)}, got {raw!r}")
     return raw
+
+
+def process_env(**overrides: str | None) -> dict[str, str]:
+    """A copy of this process's environment for a child process, with ``overrides`` (None removes one)."""
+    env = {**os.environ, **{k: str(v) for k, v in overrides.items() if v is not None}}
+    return {k: v for k, v in env.items() if overrides.get(k, "") is not None}
+
+
+def export(**values: str | None) -> None:
+    """Set (None: remove) variables of this process's environment: what later reads here and every child see."""
+    for name, value in values.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = str(value)
+
+
+def require_extra(module: str, extra: str, needed_by: str) -> None:
+    """Refuse, in one line, a setting whose optional library is not installed, naming the extra that brings it."""
+    if importlib.util.find_spec(module) is None:
+        raise FleetError(f"{needed_by} needs {module.replace('_', '-')}, which is not installed: "
+                         f"pip install 'fleet[{extra}]'")
+
+
+def demo_url() -> str:
+    """FLEET_DEMO_URL: where the demo sites answer; "" when they are not running."""
+    return _text("FLEET_DEMO_URL")
+
+
+def demo_state_dir() -> Path | None:
+    """FLEET_DEMO_STATE_DIR: the demo sites' ``modes.json`` folder, shared by the processes that serve them."""
+    raw = _text("FLEET_DEMO_STATE_DIR")
+    return Path(raw) if raw else None
+
+
+def demo_latency_ms() -> float:
+    return env_number("FLEET_DEMO_LATENCY_MS", 50.0)
+
+
+def scrapers_dir_set() -> bool:
+    """Whether FLEET_SCRAPERS_DIR names scrapers of the user's own (else the bundled demo ones run)."""
+    return bool(_text("FLEET_SCRAPERS_DIR"))
+
+
+def alert_webhook() -> str | None:
+    url = _text("FLEET_ALERT_WEBHOOK")
+    if url and not url.lower().startswith(("http://", "https://")):  # else every alert's POST would fail
+        raise FleetError(f"FLEET_ALERT_WEBHOOK must be an http:// or https:// URL, got {url!r}")
+    return url or None
+
+
+def alert_slack() -> str | None:
+    """FLEET_ALERT_SLACK: a Slack channel that also gets every alert, through dagster-slack and FLEET_SLACK_TOKEN."""
+    return _text("FLEET_ALERT_SLACK") or None
+
+
+def slack_token() -> str | None:
+    return _text("FLEET_SLACK_TOKEN") or None
+
+
+def _check_slack() -> None:
+    if alert_slack():
+        require_extra("dagster_slack", "slack", "FLEET_ALERT_SLACK")
+        if not slack_token():
+            raise FleetError("FLEET_ALERT_SLACK needs FLEET_SLACK_TOKEN, the token of a Slack app that may post there")
+
+
+def freshness_deadline():
+    """FLEET_FRESHNESS_DEADLINE as a fleet/policy/freshness.py ``Deadline`` (parsed there, beside its one user)."""
+    from fleet.policy.freshness import parse_deadline
+
+    return parse_deadline(_text("FLEET_FRESHNESS_DEADLINE"), "FLEET_FRESHNESS_DEADLINE")
+
+
+def block_markers() -> tuple[str, ...]:
+    """FLEET_BLOCK_MARKERS (a JSON list) if set, else fleet/scraping/blocked.py's built-in markers."""
+    from fleet.scraping.blocked import DEFAULT_MARKERS, parse_markers
+
+    raw = _text("FLEET_BLOCK_MARKERS")
+    return parse_markers(raw, "FLEET_BLOCK_MARKERS") if raw else DEFAULT_MARKERS
+
+
+def sandbox_user() -> str:
+    """FLEET_SANDBOX_USER: who scrape processes run as when fleet runs as root; ``off``: root, without sandbox."""
+    return _text("FLEET_SANDBOX_USER") or "nobody"
+
+
+def chromium_sandbox() -> bool:
+    """FLEET_CHROMIUM_SANDBOX=1, which fleet sets in a scrape process's environment when Chromium's sandbox is
+    possible there (fleet/scraping/sandbox.py)."""
+    return _text("FLEET_CHROMIUM_SANDBOX") == "1"
+
+
+def worker_name() -> str:
+    """Which host scraped: a `fleet worker`'s Celery node name (FLEET_WORKER_NAME, worker@host), else the machine."""
+    return _text("FLEET_WORKER_NAME") or socket.gethostname()
+
+
+def dagster_home() -> Path | None:
+    raw = _text("DAGSTER_HOME")
+    return Path(raw) if raw else None
+
+
+def aws_endpoint_url() -> str | None:
+    """AWS_ENDPOINT_URL: an S3-compatible server other than AWS's (boto's own variable, also named in errors)."""
+    return _text("AWS_ENDPOINT_URL") or None
+
+
+def git_author() -> tuple[str | None, str | None]:
+    """GIT_AUTHOR_NAME and GIT_AUTHOR_EMAIL as set (None: unset): git's own identity wins over fleet's default."""
+    return os.environ.get("GIT_AUTHOR_NAME"), os.environ.get("GIT_AUTHOR_EMAIL")
+
+
+def git_config_count() -> int:
+    """GIT_CONFIG_COUNT: config entries already given to git through the environment; fleet's own go after them."""
+    return env_number("GIT_CONFIG_COUNT", 0, int)
 
 
 # Read where they are used (the workers and the runner), and checked by settings() before anything
@@ -77,10 +201,10 @@ def politeness() -> dict:
     """Per domain, across the sources that reach it: at most ``concurrency`` navigations at once, at least
     ``interval_s`` seconds between their starts (fleet/scraping/politeness.py). ``shared``: where the bounds are
     kept for every host once fleet scales out (the broker's Redis under FLEET_EXECUTOR=celery), else ""."""
-    celery = os.environ.get("FLEET_EXECUTOR", "").strip() == "celery"
+    celery = _text("FLEET_EXECUTOR") == "celery"
     return {"concurrency": env_number("FLEET_DOMAIN_CONCURRENCY", 4, int, minimum=1),
             "interval_s": env_number("FLEET_DOMAIN_INTERVAL_S", 0.0),
-            "shared": os.environ.get("FLEET_CELERY_BROKER", "").strip() if celery else ""}
+            "shared": _text("FLEET_CELERY_BROKER") if celery else ""}
 
 
 def _int(name: str, default: int, minimum: int = 0) -> int:
@@ -90,7 +214,7 @@ def _int(name: str, default: int, minimum: int = 0) -> int:
 def _start_week() -> str:
     """``FLEET_START_WEEK`` as the partition key of its week: a Monday (2026-01-05) or an ISO week (2026-W02).
     Any other date is refused, not moved: Dagster's weekly partitions would start on the Monday after it."""
-    raw = os.environ.get("FLEET_START_WEEK", "").strip() or "2026-01-05"
+    raw = _text("FLEET_START_WEEK") or "2026-01-05"
     try:
         return parse_week(raw).isoformat()
     except ValueError:
@@ -162,7 +286,7 @@ def _check_home(home: Path) -> None:
 
 def _artifacts() -> str:
     """FLEET_ARTIFACTS: empty (the default folder), an absolute folder, or an s3://bucket/prefix URL."""
-    raw = os.environ.get("FLEET_ARTIFACTS", "").strip()
+    raw = _text("FLEET_ARTIFACTS")
     if not raw or raw.startswith("s3://"):
         return raw.rstrip("/")
     if "://" in raw:
@@ -180,19 +304,13 @@ def settings() -> Settings:
         prefix += "/"
     workers = env_choice("FLEET_WORKERS", "warm", ("warm", "fresh"))
     max_parallel = _int("FLEET_MAX_PARALLEL", 10, minimum=1)
-    from fleet.policy.freshness import SETTING as DEADLINE, parse_deadline
-    from fleet.scraping.blocked import markers_from_env
-
-    for check in (worker_idle_s, worker_max_sources, browser_startup_s, markers_from_env, politeness,
-                  lambda: parse_deadline(os.environ.get(DEADLINE))):
+    for check in (worker_idle_s, worker_max_sources, browser_startup_s, block_markers, politeness,
+                  freshness_deadline, alert_webhook, _check_slack, demo_latency_ms, git_config_count):
         check()
-    webhook = os.environ.get("FLEET_ALERT_WEBHOOK", "").strip()
-    if webhook and not webhook.lower().startswith(("http://", "https://")):  # else every alert's POST would fail
-        raise FleetError(f"FLEET_ALERT_WEBHOOK must be an http:// or https:// URL, got {webhook!r}")
     return Settings(
         home=home,
         data_remote=os.environ.get("FLEET_DATA_REMOTE") or str(home / "data-remote.git"),
-        branch=os.environ.get("FLEET_DATA_BRANCH", "").strip() or "main",
+        branch=_text("FLEET_DATA_BRANCH") or "main",
         prefix=prefix,
         max_parallel=max_parallel,
         crash_reruns=_int("FLEET_CRASH_RERUNS", 2),
@@ -210,15 +328,17 @@ def _distributed() -> dict:
     """The settings of the distributed stack (README, "Running on more than one machine"), checked as a whole:
     the celery executor needs a broker it can name."""
     executor = env_choice("FLEET_EXECUTOR", "multiprocess", ("multiprocess", "celery"))
-    broker = os.environ.get("FLEET_CELERY_BROKER", "").strip()
-    backend = os.environ.get("FLEET_CELERY_BACKEND", "").strip() or broker
+    broker = _text("FLEET_CELERY_BROKER")
+    backend = _text("FLEET_CELERY_BACKEND") or broker
     for name, url in (("FLEET_CELERY_BROKER", broker), ("FLEET_CELERY_BACKEND", backend)):
         if url and not url.startswith(("redis://", "rediss://")):
             raise FleetError(f"{name} must be a redis:// or rediss:// URL, got {url!r}")
     if executor == "celery" and not broker:
         raise FleetError("FLEET_EXECUTOR=celery needs FLEET_CELERY_BROKER, the Redis URL the workers listen on "
                          "(e.g. redis://127.0.0.1:6379/0)")
-    postgres = os.environ.get("FLEET_POSTGRES_URL", "").strip()
+    if executor == "celery":
+        require_extra("dagster_celery", "distributed", "FLEET_EXECUTOR=celery")
+    postgres = _text("FLEET_POSTGRES_URL")
     if postgres and not postgres.startswith(("postgresql://", "postgres://")):
         raise FleetError(f"FLEET_POSTGRES_URL must be a postgresql:// URL, got {postgres!r}")
     return dict(executor=executor, celery_broker=broker, celery_backend=backend,
@@ -226,9 +346,13 @@ def _distributed() -> dict:
                 worker_lost_s=env_number("FLEET_WORKER_LOST_S", 30.0, minimum=5), postgres_url=postgres)
 
 
+def chromium_setting() -> str:
+    return _text("FLEET_CHROMIUM")
+
+
 def chromium_path() -> str:
     """``FLEET_CHROMIUM`` if set, else the first Chromium found on this machine."""
-    explicit = os.environ.get("FLEET_CHROMIUM")
+    explicit = chromium_setting()
     if explicit:
         if not (os.path.isfile(explicit) and os.access(explicit, os.X_OK)):
             raise FleetError(f"FLEET_CHROMIUM={explicit!r} is not an executable file")
@@ -247,7 +371,7 @@ def chromium_path() -> str:
 def scraper_dirs() -> list[Path]:
     """``FLEET_SCRAPERS_DIR`` (os.pathsep-separated) if set, else the project's ``scrapers/``
     (plus ``scrapers/faults`` when ``FLEET_DEMO_FAULTS=1``)."""
-    raw = os.environ.get("FLEET_SCRAPERS_DIR", "").strip()
+    raw = _text("FLEET_SCRAPERS_DIR")
     if raw:
         dirs = [Path(p).resolve() for p in raw.split(os.pathsep) if p]
         missing = [str(d) for d in dirs if not d.is_dir()]
