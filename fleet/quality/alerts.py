@@ -5,16 +5,15 @@ Files under ``<home>/alerts/``:
   alerts.jsonl  one JSON line per delivered alert (with ``webhook_error`` when the webhook failed)
   .lock         ``fcntl.flock`` lock held for a whole ``deliver`` call, so concurrent processes never send twice
 
-Sinks: the JSONL log always; a webhook (``webhook=`` or env ``FLEET_ALERT_WEBHOOK``) gets the alert as a JSON POST
+Sinks: the JSONL log always; a webhook (``webhook=`` or ``FLEET_ALERT_WEBHOOK``) gets the alert as a JSON POST
 (timeout 5 s, 2 retries on connection errors; failures are logged and recorded, never raised); Slack (``slack=``
-channel or env ``FLEET_ALERT_SLACK``, token ``FLEET_SLACK_TOKEN``) through ``dagster_slack`` when importable, otherwise
-skipped with a warning. An alert whose webhook failed still counts as delivered (it is in the log) and is not resent.
+channel or ``FLEET_ALERT_SLACK``, token ``FLEET_SLACK_TOKEN``) through dagster-slack (the ``slack`` extra), which
+``config.settings()`` refuses to start without; a delivery that finds it missing all the same skips it with a warning. An alert whose webhook failed still counts as delivered (it is in the log) and is not resent.
 """
 from __future__ import annotations
 
 import contextlib
 import dataclasses
-import datetime as dt
 import fcntl
 import json
 import logging
@@ -26,6 +25,9 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 from typing import Any, Iterable
+
+from fleet import config
+from fleet.weeks import utc_now
 
 log = logging.getLogger("fleet.alerts")
 
@@ -172,9 +174,10 @@ def _slack_client(channel: str):
     try:
         from dagster_slack import SlackResource  # type: ignore[import-not-found]
     except ImportError:
-        log.warning("slack alerts for channel %s skipped: dagster-slack is not installed", channel)
+        log.warning("slack alerts for channel %s skipped: dagster-slack is not installed "
+                    "(pip install 'fleet[slack]')", channel)
         return None
-    token = os.environ.get("FLEET_SLACK_TOKEN")
+    token = config.slack_token()
     if not token:
         log.warning("slack alerts for channel %s skipped: FLEET_SLACK_TOKEN is not set", channel)
         return None
@@ -199,12 +202,12 @@ def _post_slack(client, channel: str, alert: Alert) -> str | None:
 def deliver(alerts: list[Alert], home: Path, *, webhook: str | None = None, slack: str | None = None) -> list[Alert]:
     """Send the alerts not sent before (by source, week, check, severity); return those newly sent.
 
-    ``webhook``/``slack`` default to env ``FLEET_ALERT_WEBHOOK``/``FLEET_ALERT_SLACK``; pass ``""`` to disable.
+    ``webhook``/``slack`` default to ``FLEET_ALERT_WEBHOOK``/``FLEET_ALERT_SLACK``; pass ``""`` to disable.
     """
     if webhook is None:
-        webhook = os.environ.get("FLEET_ALERT_WEBHOOK") or None
+        webhook = config.alert_webhook()
     if slack is None:
-        slack = os.environ.get("FLEET_ALERT_SLACK") or None
+        slack = config.alert_slack()
     folder = Path(home) / "alerts"
     ledger_path, log_path = folder / "sent.json", folder / "alerts.jsonl"
     sent: list[Alert] = []
@@ -219,7 +222,7 @@ def deliver(alerts: list[Alert], home: Path, *, webhook: str | None = None, slac
         client = _slack_client(slack) if slack else None
         webhook_down: str | None = None
         for alert in todo:
-            record = {**alert.to_json(), "sent_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")}
+            record = {**alert.to_json(), "sent_at": utc_now().isoformat(timespec="seconds")}
             if webhook:
                 err = f"skipped: webhook unreachable earlier in this batch ({webhook_down})" if webhook_down \
                     else _post_webhook(webhook, alert)

@@ -4,9 +4,10 @@ from __future__ import annotations
 import datetime as dt
 import email.utils
 import json
-import os
 
+from fleet import config
 from fleet.errors import FleetError
+from fleet.weeks import utc_now
 
 # Case-insensitive substrings of a page's HTML that mark a bot wall; FLEET_BLOCK_MARKERS replaces them, a
 # scraper's ``block_markers`` adds its own. Specific on purpose: the word "captcha" alone is on many login forms.
@@ -38,8 +39,7 @@ def parse_markers(raw, setting: str) -> tuple[str, ...]:
 
 
 def markers_from_env() -> tuple[str, ...]:
-    raw = os.environ.get("FLEET_BLOCK_MARKERS", "").strip()
-    return parse_markers(raw, "FLEET_BLOCK_MARKERS") if raw else DEFAULT_MARKERS
+    return config.block_markers()
 
 
 async def find_marker(page, markers) -> str | None:
@@ -65,4 +65,4 @@ def retry_after_s(value: str | None, now: dt.datetime | None = None) -> float | 
         return None
     if when.tzinfo is None:
         when = when.replace(tzinfo=dt.timezone.utc)
-    return max(0.0, (when - (now or dt.datetime.now(dt.timezone.utc))).total_seconds())
+    return max(0.0, (when - (now or utc_now())).total_seconds())
