@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import importlib.util
+import json
 import math
 import os
 import shutil
@@ -13,7 +14,7 @@ import socket
 from pathlib import Path
 
 from fleet.errors import FleetError
-from fleet.weeks import parse_week
+from fleet.weeks import Deadline, parse_deadline, parse_week
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 # On top of Playwright's own switches, for every Chromium fleet launches (a worker's own, or the shared one).
@@ -25,6 +26,11 @@ CHROMIUM_ARGS = ("--disable-background-networking", "--disable-component-update"
 CHROMIUM_CANDIDATES = ("/usr/bin/chromium-headless-shell", "/usr/lib/chromium/chromium-headless-shell",
                        "/usr/bin/chromium", "/usr/bin/chromium-browser", "/usr/lib/chromium/chromium",
                        "/usr/bin/google-chrome", "/snap/bin/chromium")
+
+# Case-insensitive substrings of a page's HTML that mark a bot wall (fleet/scraping/blocked.py): FLEET_BLOCK_MARKERS
+# replaces them, a scraper's ``block_markers`` adds its own. Specific: "captcha" alone is on many login forms.
+DEFAULT_MARKERS = ("g-recaptcha", "h-captcha", "cf-challenge", "cf-turnstile", "challenge-platform",
+                   "are you a robot", "unusual traffic from your", "verify you are human", "fleet-demo-captcha")
 
 
 def _text(name: str) -> str:
@@ -75,11 +81,9 @@ def process_env(**overrides: str | None) -> dict[str, str]:
 
 def export(**values: str | None) -> None:
     """Set (None: remove) variables of this process's environment: what later reads here and every child see."""
-    for name, value in values.items():
-        if value is None:
-            os.environ.pop(name, None)
-        else:
-            os.environ[name] = str(value)
+    os.environ.update({name: str(value) for name, value in values.items() if value is not None})
+    for name in [name for name, value in values.items() if value is None]:
+        os.environ.pop(name, None)
 
 
 def require_extra(module: str, extra: str, needed_by: str) -> None:
@@ -89,23 +93,19 @@ def require_extra(module: str, extra: str, needed_by: str) -> None:
                          f"pip install 'fleet[{extra}]'")
 
 
-def demo_url() -> str:
-    """FLEET_DEMO_URL: where the demo sites answer; "" when they are not running."""
+def demo_url() -> str:  # "" when the demo sites are not running
     return _text("FLEET_DEMO_URL")
 
 
-def demo_state_dir() -> Path | None:
-    """FLEET_DEMO_STATE_DIR: the demo sites' ``modes.json`` folder, shared by the processes that serve them."""
-    raw = _text("FLEET_DEMO_STATE_DIR")
-    return Path(raw) if raw else None
+def demo_state_dir() -> Path | None:  # the demo sites' modes.json, shared by the processes that serve them
+    return Path(raw) if (raw := _text("FLEET_DEMO_STATE_DIR")) else None
 
 
 def demo_latency_ms() -> float:
     return env_number("FLEET_DEMO_LATENCY_MS", 50.0)
 
 
-def scrapers_dir_set() -> bool:
-    """Whether FLEET_SCRAPERS_DIR names scrapers of the user's own (else the bundled demo ones run)."""
+def scrapers_dir_set() -> bool:  # else the bundled demo scrapers run, which need the demo sites
     return bool(_text("FLEET_SCRAPERS_DIR"))
 
 
@@ -116,8 +116,7 @@ def alert_webhook() -> str | None:
     return url or None
 
 
-def alert_slack() -> str | None:
-    """FLEET_ALERT_SLACK: a Slack channel that also gets every alert, through dagster-slack and FLEET_SLACK_TOKEN."""
+def alert_slack() -> str | None:  # a Slack channel, through dagster-slack (the slack extra) and FLEET_SLACK_TOKEN
     return _text("FLEET_ALERT_SLACK") or None
 
 
@@ -132,54 +131,54 @@ def _check_slack() -> None:
             raise FleetError("FLEET_ALERT_SLACK needs FLEET_SLACK_TOKEN, the token of a Slack app that may post there")
 
 
-def freshness_deadline():
-    """FLEET_FRESHNESS_DEADLINE as a fleet/policy/freshness.py ``Deadline`` (parsed there, beside its one user)."""
-    from fleet.policy.freshness import parse_deadline
-
+def freshness_deadline() -> Deadline:  # when a week's raw commit is due (`fleet freshness`)
     return parse_deadline(_text("FLEET_FRESHNESS_DEADLINE"), "FLEET_FRESHNESS_DEADLINE")
 
 
-def block_markers() -> tuple[str, ...]:
-    """FLEET_BLOCK_MARKERS (a JSON list) if set, else fleet/scraping/blocked.py's built-in markers."""
-    from fleet.scraping.blocked import DEFAULT_MARKERS, parse_markers
+def parse_markers(raw, setting: str) -> tuple[str, ...]:
+    """``raw`` (a JSON list as text, or a list) as a tuple of lowercased non-empty strings, else a FleetError
+    naming ``setting``."""
+    try:
+        value = json.loads(raw) if isinstance(raw, str) else raw
+    except ValueError:
+        value = None
+    if (not isinstance(value, (list, tuple)) or not value
+            or not all(isinstance(m, str) and m.strip() for m in value)):
+        raise FleetError(f"{setting} must be a non-empty JSON list of non-empty strings "
+                         f"(e.g. [\"g-recaptcha\", \"are you a robot\"]), got {raw!r}")
+    return tuple(m.strip().lower() for m in value)
 
+
+def block_markers() -> tuple[str, ...]:
     raw = _text("FLEET_BLOCK_MARKERS")
     return parse_markers(raw, "FLEET_BLOCK_MARKERS") if raw else DEFAULT_MARKERS
 
 
-def sandbox_user() -> str:
-    """FLEET_SANDBOX_USER: who scrape processes run as when fleet runs as root; ``off``: root, without sandbox."""
+def sandbox_user() -> str:  # who scrape processes run as when fleet runs as root; "off": root, without sandbox
     return _text("FLEET_SANDBOX_USER") or "nobody"
 
 
-def chromium_sandbox() -> bool:
-    """FLEET_CHROMIUM_SANDBOX=1, which fleet sets in a scrape process's environment when Chromium's sandbox is
-    possible there (fleet/scraping/sandbox.py)."""
+def chromium_sandbox() -> bool:  # set by fleet/scraping/sandbox.py in a scrape process's environment, not by users
     return _text("FLEET_CHROMIUM_SANDBOX") == "1"
 
 
-def worker_name() -> str:
-    """Which host scraped: a `fleet worker`'s Celery node name (FLEET_WORKER_NAME, worker@host), else the machine."""
+def worker_name() -> str:  # a `fleet worker`'s Celery node name (worker@host), set by it; else the machine
     return _text("FLEET_WORKER_NAME") or socket.gethostname()
 
 
 def dagster_home() -> Path | None:
-    raw = _text("DAGSTER_HOME")
-    return Path(raw) if raw else None
+    return Path(raw) if (raw := _text("DAGSTER_HOME")) else None
 
 
-def aws_endpoint_url() -> str | None:
-    """AWS_ENDPOINT_URL: an S3-compatible server other than AWS's (boto's own variable, also named in errors)."""
+def aws_endpoint_url() -> str | None:  # boto reads it too; fleet names it in errors and passes it to s3fs
     return _text("AWS_ENDPOINT_URL") or None
 
 
-def git_author() -> tuple[str | None, str | None]:
-    """GIT_AUTHOR_NAME and GIT_AUTHOR_EMAIL as set (None: unset): git's own identity wins over fleet's default."""
+def git_author() -> tuple[str | None, str | None]:  # set (even empty), git's own identity wins over fleet's default
     return os.environ.get("GIT_AUTHOR_NAME"), os.environ.get("GIT_AUTHOR_EMAIL")
 
 
-def git_config_count() -> int:
-    """GIT_CONFIG_COUNT: config entries already given to git through the environment; fleet's own go after them."""
+def git_config_count() -> int:  # config entries already given to git through the environment: fleet's go after
     return env_number("GIT_CONFIG_COUNT", 0, int)
 
 
@@ -205,10 +204,6 @@ def politeness() -> dict:
     return {"concurrency": env_number("FLEET_DOMAIN_CONCURRENCY", 4, int, minimum=1),
             "interval_s": env_number("FLEET_DOMAIN_INTERVAL_S", 0.0),
             "shared": _text("FLEET_CELERY_BROKER") if celery else ""}
-
-
-def _int(name: str, default: int, minimum: int = 0) -> int:
-    return env_number(name, default, int, minimum)
 
 
 def _start_week() -> str:
@@ -272,7 +267,6 @@ class Settings:
         return self.home / "clone"
 
 
-
 def _check_home(home: Path) -> None:
     """FLEET_HOME must be a folder, or one that can be made: not a file, nor under one, nor read-only."""
     if home.exists() and not home.is_dir():
@@ -303,7 +297,7 @@ def settings() -> Settings:
     if not prefix.endswith("/"):
         prefix += "/"
     workers = env_choice("FLEET_WORKERS", "warm", ("warm", "fresh"))
-    max_parallel = _int("FLEET_MAX_PARALLEL", 10, minimum=1)
+    max_parallel = env_number("FLEET_MAX_PARALLEL", 10, int, minimum=1)
     for check in (worker_idle_s, worker_max_sources, browser_startup_s, block_markers, politeness,
                   freshness_deadline, alert_webhook, _check_slack, demo_latency_ms, git_config_count):
         check()
@@ -313,12 +307,12 @@ def settings() -> Settings:
         branch=_text("FLEET_DATA_BRANCH") or "main",
         prefix=prefix,
         max_parallel=max_parallel,
-        crash_reruns=_int("FLEET_CRASH_RERUNS", 2),
+        crash_reruns=env_number("FLEET_CRASH_RERUNS", 2, int),
         start_week=_start_week(),
         git_token=os.environ.get("FLEET_GIT_TOKEN") or None,
         workers=workers,
         compute_logs=env_flag("FLEET_COMPUTE_LOGS"),
-        run_monitor_s=_int("FLEET_RUN_MONITOR_S", 30, minimum=1),
+        run_monitor_s=env_number("FLEET_RUN_MONITOR_S", 30, int, minimum=1),
         **_distributed(),
         artifacts=_artifacts(),
     )
@@ -333,16 +327,16 @@ def _distributed() -> dict:
     for name, url in (("FLEET_CELERY_BROKER", broker), ("FLEET_CELERY_BACKEND", backend)):
         if url and not url.startswith(("redis://", "rediss://")):
             raise FleetError(f"{name} must be a redis:// or rediss:// URL, got {url!r}")
-    if executor == "celery" and not broker:
-        raise FleetError("FLEET_EXECUTOR=celery needs FLEET_CELERY_BROKER, the Redis URL the workers listen on "
-                         "(e.g. redis://127.0.0.1:6379/0)")
     if executor == "celery":
         require_extra("dagster_celery", "distributed", "FLEET_EXECUTOR=celery")
+        if not broker:
+            raise FleetError("FLEET_EXECUTOR=celery needs FLEET_CELERY_BROKER, the Redis URL the workers listen on "
+                             "(e.g. redis://127.0.0.1:6379/0)")
     postgres = _text("FLEET_POSTGRES_URL")
     if postgres and not postgres.startswith(("postgresql://", "postgres://")):
         raise FleetError(f"FLEET_POSTGRES_URL must be a postgresql:// URL, got {postgres!r}")
     return dict(executor=executor, celery_broker=broker, celery_backend=backend,
-                worker_concurrency=_int("FLEET_WORKER_CONCURRENCY", 10, minimum=1),
+                worker_concurrency=env_number("FLEET_WORKER_CONCURRENCY", 10, int, minimum=1),
                 worker_lost_s=env_number("FLEET_WORKER_LOST_S", 30.0, minimum=5), postgres_url=postgres)
 
 
@@ -361,8 +355,7 @@ def chromium_path() -> str:
         if os.access(cand, os.X_OK):
             return cand
     for name in ("chromium-headless-shell", "chromium", "chromium-browser", "google-chrome"):
-        found = shutil.which(name)
-        if found:
+        if found := shutil.which(name):
             return found
     raise FleetError("no Chromium found: install Debian's 'chromium-headless-shell' (or 'chromium') package or set "
                      "FLEET_CHROMIUM to its path")

@@ -1,6 +1,7 @@
 """Weeks: the partition key is the ISO week's Monday as YYYY-MM-DD, the only notion of "when"."""
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import re
 
@@ -82,3 +83,33 @@ def check_week_in_partitions(week: str | dt.date, start_week: str, now: dt.datet
         raise FleetError(f"week {day.isoformat()} has not started: the last weekly partition is {last.isoformat()}, "
                          f"the week in progress")
     return day.isoformat()
+
+
+DAYS = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
+_DEADLINE = re.compile(r"^\s*([a-z]{3})[a-z]*\s+(\d{1,2}):(\d{2})\s*$", re.I)
+
+
+@dataclasses.dataclass(frozen=True)
+class Deadline:
+    """A weekday and UTC time in the week after the week whose raw commit is due (``mon 12:00``: the Monday
+    after the week that ended on Sunday): FLEET_FRESHNESS_DEADLINE, for fleet/policy/freshness.py."""
+
+    day: int
+    hour: int
+    minute: int
+
+    def of(self, week: dt.date) -> dt.datetime:
+        day = week + dt.timedelta(days=7 + self.day)
+        return dt.datetime(day.year, day.month, day.day, self.hour, self.minute, tzinfo=dt.timezone.utc)
+
+
+def parse_deadline(raw: str | None, setting: str, default: str = "mon 12:00") -> Deadline:
+    from fleet.errors import FleetError
+
+    text = (raw or "").strip() or default
+    m = _DEADLINE.match(text)
+    day = DAYS.index(m.group(1).lower()) if m and m.group(1).lower() in DAYS else None
+    if m is None or day is None or int(m.group(2)) > 23 or int(m.group(3)) > 59:
+        raise FleetError(f"{setting} must be a weekday and a UTC time in the week after the week, such as "
+                         f"'mon 12:00', got {raw!r}")
+    return Deadline(day, int(m.group(2)), int(m.group(3)))

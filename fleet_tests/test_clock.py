@@ -18,8 +18,8 @@ import datetime as dt, json
 from fleet.policy.pastweek import is_past, oldest_week
 from fleet.weeks import last_complete_week, utc_now
 now = utc_now()
-report = {"local_today": dt.date.today().isoformat(), "utc_now": now.isoformat(), "clock": last_complete_week().isoformat(),
-          "guard": oldest_week(now).isoformat()}
+report = {"local_today": dt.date.today().isoformat(), "utc_now": now.isoformat(),
+          "clock": last_complete_week().isoformat(), "guard": oldest_week(now).isoformat()}
 """
 
 

@@ -8,7 +8,8 @@ Files under ``<home>/alerts/``:
 Sinks: the JSONL log always; a webhook (``webhook=`` or ``FLEET_ALERT_WEBHOOK``) gets the alert as a JSON POST
 (timeout 5 s, 2 retries on connection errors; failures are logged and recorded, never raised); Slack (``slack=``
 channel or ``FLEET_ALERT_SLACK``, token ``FLEET_SLACK_TOKEN``) through dagster-slack (the ``slack`` extra), which
-``config.settings()`` refuses to start without; a delivery that finds it missing all the same skips it with a warning. An alert whose webhook failed still counts as delivered (it is in the log) and is not resent.
+``config.settings()`` refuses to start without; a delivery that finds it missing all the same skips it with a
+warning. An alert whose webhook failed still counts as delivered (it is in the log) and is not resent.
 """
 from __future__ import annotations
 
