@@ -79,11 +79,18 @@ def process_env(**overrides: str | None) -> dict[str, str]:
     return {k: v for k, v in env.items() if overrides.get(k, "") is not None}
 
 
-def export(**values: str | None) -> None:
-    """Set (None: remove) variables of this process's environment: what later reads here and every child see."""
-    os.environ.update({name: str(value) for name, value in values.items() if value is not None})
-    for name in [name for name, value in values.items() if value is None]:
+def export(overwrite: bool = True, **values: str | None) -> None:
+    """Set (None: remove) variables of this process's environment: what later reads here and every child see.
+    ``overwrite=False`` leaves a variable already set as it is."""
+    os.environ.update({k: str(v) for k, v in values.items() if v is not None and (overwrite or k not in os.environ)})
+    for name in [k for k, v in values.items() if v is None]:
         os.environ.pop(name, None)
+
+
+def replace_env(env: dict[str, str]) -> None:
+    """This process's whole environment replaced by ``env``: a browser host taking on the next source's."""
+    os.environ.clear()
+    os.environ.update(env)
 
 
 def require_extra(module: str, extra: str, needed_by: str) -> None:
