@@ -5,6 +5,8 @@ import dataclasses
 import datetime as dt
 import re
 
+from fleet.errors import FleetError
+
 _ISO_WEEK = re.compile(r"^(\d{4})-?W(\d{1,2})$", re.IGNORECASE)
 
 
@@ -62,20 +64,12 @@ def current_week(now: dt.datetime | None = None) -> dt.date:
     return parse_week(today(now))
 
 
-def last_partition_week(now: dt.datetime | None = None) -> dt.date:
-    """The Monday of the last weekly partition: the week in progress in UTC (the partitions' ``end_offset=1``,
-    fleet/defs/assets.py), never before the first partition."""
-    return current_week(now)
-
-
 def check_week_in_partitions(week: str | dt.date, start_week: str, now: dt.datetime | None = None) -> str:
     """The partition key of ``week``, or a FleetError when the weekly partitions do not hold it: before
     ``FLEET_START_WEEK`` (``start_week``) or after the week in progress. Without importing Dagster; the
     partitions definition agrees (fleet_tests/test_definitions.py)."""
-    from fleet.errors import FleetError
-
     day, first = parse_week(week), parse_week(start_week)
-    last = max(first, last_partition_week(now))
+    last = max(first, current_week(now))  # the partitions' end_offset=1 (fleet/defs/assets.py): the week in progress
     if day < first:
         raise FleetError(f"week {day.isoformat()} is before the first weekly partition, {first.isoformat()} "
                          f"(FLEET_START_WEEK); give a later week or set FLEET_START_WEEK earlier")
@@ -104,8 +98,6 @@ class Deadline:
 
 
 def parse_deadline(raw: str | None, setting: str, default: str = "mon 12:00") -> Deadline:
-    from fleet.errors import FleetError
-
     text = (raw or "").strip() or default
     m = _DEADLINE.match(text)
     day = DAYS.index(m.group(1).lower()) if m and m.group(1).lower() in DAYS else None
