@@ -46,7 +46,7 @@ def test_environment_scan_sees_every_form(tmp_path):
 
 def test_only_config_reads_the_environment():
     offending = [hit for path in sorted(FLEET.rglob("*.py")) if path != CONFIG
-                 for hit in sorted(environment_uses(path), key=lambda h: int(h.split(" ")[0].rsplit(":", 1)[1]))]
+                 for hit in sorted(set(environment_uses(path)), key=lambda h: int(h.split(" ")[0].rsplit(":", 1)[1]))]
     assert not offending, ("the environment is read or written outside fleet/config.py (use a getter of "
                            "fleet.config, config.process_env for a child's environment, config.export to set "
                            "one):\n  " + "\n  ".join(offending))
@@ -67,6 +67,20 @@ def test_every_setting_config_reads_is_in_the_readme_table():
     assert "FLEET_HOME" in table and len(table) > 20, table  # the table was found
     missing = sorted(names - table)
     assert not missing, f"read in fleet/config.py but not in README's settings table: {', '.join(missing)}"
+
+
+def test_every_setting_fleet_names_is_in_the_readme_table():
+    """Any FLEET_* name in fleet's strings (a message, an environment given to a child, a docstring) is a setting
+    the table explains; FLEET_COMMIT_MSG is a file in the clone's .git, not a variable."""
+    named = {}
+    for path in sorted(FLEET.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str):
+                for name in re.findall(r"\bFLEET_[A-Z0-9_]*[A-Z0-9]\b", node.value):
+                    named.setdefault(name, f"{path.relative_to(ROOT)}:{node.lineno}")
+    assert "FLEET_CHROMIUM_SANDBOX" in named, named  # the scan sees names outside config.py
+    missing = {n: where for n, where in named.items() if n not in readme_settings() and n != "FLEET_COMMIT_MSG"}
+    assert not missing, f"named in fleet/ but not in README's settings table: {missing}"
 
 
 def third_party_imports() -> dict[str, str]:
