@@ -1,15 +1,20 @@
-"""Settings read from the environment (``FLEET_*``), resolved when asked for, never at import time."""
+"""Settings read from the environment (``FLEET_*``, and the few others fleet honours), resolved when asked for,
+never at import time. The one module that reads ``os.environ`` (fleet_tests/test_settings_home.py holds that): a
+child process gets its environment from :func:`process_env`."""
 from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import importlib.util
+import json
 import math
 import os
 import shutil
+import socket
 from pathlib import Path
 
 from fleet.errors import FleetError
-from fleet.weeks import parse_week
+from fleet.weeks import Deadline, parse_deadline, parse_week
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 # On top of Playwright's own switches, for every Chromium fleet launches (a worker's own, or the shared one).
@@ -22,11 +27,20 @@ CHROMIUM_CANDIDATES = ("/usr/bin/chromium-headless-shell", "/usr/lib/chromium/ch
                        "/usr/bin/chromium", "/usr/bin/chromium-browser", "/usr/lib/chromium/chromium",
                        "/usr/bin/google-chrome", "/snap/bin/chromium")
 
+# Case-insensitive substrings of a page's HTML that mark a bot wall (fleet/scraping/blocked.py): FLEET_BLOCK_MARKERS
+# replaces them, a scraper's ``block_markers`` adds its own. Specific: "captcha" alone is on many login forms.
+DEFAULT_MARKERS = ("g-recaptcha", "h-captcha", "cf-challenge", "cf-turnstile", "challenge-platform",
+                   "are you a robot", "unusual traffic from your", "verify you are human", "fleet-demo-captcha")
+
+
+def _text(name: str) -> str:
+    return os.environ.get(name, "").strip()
+
 
 def env_number(name: str, default, cast=float, minimum=0):
     """``FLEET_*`` variable ``name`` as a ``cast`` (int or float) of at least ``minimum``; ``default`` when unset
     or empty. Anything else is a FleetError naming the variable, never a silent clamp."""
-    raw = os.environ.get(name, "").strip()
+    raw = _text(name)
     if not raw:
         return default
     try:
@@ -44,7 +58,7 @@ def env_number(name: str, default, cast=float, minimum=0):
 
 def env_flag(name: str) -> bool:
     """``FLEET_*`` on/off variable ``name``: 1/true/yes/on or 0/false/no/off (any case); off when unset or empty."""
-    raw = os.environ.get(name, "").strip().lower()
+    raw = _text(name).lower()
     if raw in ("", "0", "false", "no", "off"):
         return False
     if raw in ("1", "true", "yes", "on"):
@@ -53,10 +67,126 @@ def env_flag(name: str) -> bool:
 
 
 def env_choice(name: str, default: str, choices: tuple[str, ...]) -> str:
-    raw = os.environ.get(name, "").strip() or default
+    raw = _text(name) or default
     if raw not in choices:
         raise FleetError(f"{name} must be {' or '.join(repr(c) for c in choices)}, got {raw!r}")
     return raw
+
+
+def process_env(**overrides: str | None) -> dict[str, str]:
+    """A copy of this process's environment for a child process, with ``overrides`` (None removes one)."""
+    env = {**os.environ, **{k: str(v) for k, v in overrides.items() if v is not None}}
+    return {k: v for k, v in env.items() if overrides.get(k, "") is not None}
+
+
+def export(overwrite: bool = True, **values: str | None) -> None:
+    """Set (None: remove) variables of this process's environment: what later reads here and every child see.
+    ``overwrite=False`` leaves a variable already set as it is."""
+    os.environ.update({k: str(v) for k, v in values.items() if v is not None and (overwrite or k not in os.environ)})
+    for name in [k for k, v in values.items() if v is None]:
+        os.environ.pop(name, None)
+
+
+def replace_env(env: dict[str, str]) -> None:
+    """This process's whole environment replaced by ``env``: a browser host taking on the next source's."""
+    os.environ.clear()
+    os.environ.update(env)
+
+
+def require_extra(module: str, extra: str, needed_by: str) -> None:
+    """Refuse, in one line, a setting whose optional library is not installed, naming the extra that brings it."""
+    if importlib.util.find_spec(module) is None:
+        raise FleetError(f"{needed_by} needs {module.replace('_', '-')}, which is not installed: "
+                         f"pip install 'fleet[{extra}]'")
+
+
+def demo_url() -> str:  # "" when the demo sites are not running
+    return _text("FLEET_DEMO_URL")
+
+
+def demo_state_dir() -> Path | None:  # the demo sites' modes.json, shared by the processes that serve them
+    return Path(raw) if (raw := _text("FLEET_DEMO_STATE_DIR")) else None
+
+
+def demo_latency_ms() -> float:
+    return env_number("FLEET_DEMO_LATENCY_MS", 50.0)
+
+
+def scrapers_dir_set() -> bool:  # else the bundled demo scrapers run, which need the demo sites
+    return bool(_text("FLEET_SCRAPERS_DIR"))
+
+
+def alert_webhook() -> str | None:
+    url = _text("FLEET_ALERT_WEBHOOK")
+    if url and not url.lower().startswith(("http://", "https://")):  # else every alert's POST would fail
+        raise FleetError(f"FLEET_ALERT_WEBHOOK must be an http:// or https:// URL, got {url!r}")
+    return url or None
+
+
+def alert_slack() -> str | None:  # a Slack channel, through dagster-slack (the slack extra) and FLEET_SLACK_TOKEN
+    return _text("FLEET_ALERT_SLACK") or None
+
+
+def slack_token() -> str | None:
+    return _text("FLEET_SLACK_TOKEN") or None
+
+
+def _check_slack() -> None:
+    if alert_slack():
+        require_extra("dagster_slack", "slack", "FLEET_ALERT_SLACK")
+        if not slack_token():
+            raise FleetError("FLEET_ALERT_SLACK needs FLEET_SLACK_TOKEN, the token of a Slack app that may post there")
+
+
+def freshness_deadline() -> Deadline:  # when a week's raw commit is due (`fleet freshness`)
+    return parse_deadline(_text("FLEET_FRESHNESS_DEADLINE"), "FLEET_FRESHNESS_DEADLINE")
+
+
+def parse_markers(raw, setting: str) -> tuple[str, ...]:
+    """``raw`` (a JSON list as text, or a list) as a tuple of lowercased non-empty strings, else a FleetError
+    naming ``setting``."""
+    try:
+        value = json.loads(raw) if isinstance(raw, str) else raw
+    except ValueError:
+        value = None
+    if (not isinstance(value, (list, tuple)) or not value
+            or not all(isinstance(m, str) and m.strip() for m in value)):
+        raise FleetError(f"{setting} must be a non-empty JSON list of non-empty strings "
+                         f"(e.g. [\"g-recaptcha\", \"are you a robot\"]), got {raw!r}")
+    return tuple(m.strip().lower() for m in value)
+
+
+def block_markers() -> tuple[str, ...]:
+    raw = _text("FLEET_BLOCK_MARKERS")
+    return parse_markers(raw, "FLEET_BLOCK_MARKERS") if raw else DEFAULT_MARKERS
+
+
+def sandbox_user() -> str:  # who scrape processes run as when fleet runs as root; "off": root, without sandbox
+    return _text("FLEET_SANDBOX_USER") or "nobody"
+
+
+def chromium_sandbox() -> bool:  # set by fleet/scraping/sandbox.py in a scrape process's environment, not by users
+    return _text("FLEET_CHROMIUM_SANDBOX") == "1"
+
+
+def worker_name() -> str:  # a `fleet worker`'s Celery node name (worker@host), set by it; else the machine
+    return _text("FLEET_WORKER_NAME") or socket.gethostname()
+
+
+def dagster_home() -> Path | None:
+    return Path(raw) if (raw := _text("DAGSTER_HOME")) else None
+
+
+def aws_endpoint_url() -> str | None:  # boto reads it too; fleet names it in errors and passes it to s3fs
+    return _text("AWS_ENDPOINT_URL") or None
+
+
+def git_author() -> tuple[str | None, str | None]:  # set (even empty), git's own identity wins over fleet's default
+    return os.environ.get("GIT_AUTHOR_NAME"), os.environ.get("GIT_AUTHOR_EMAIL")
+
+
+def git_config_count() -> int:  # config entries already given to git through the environment: fleet's go after
+    return env_number("GIT_CONFIG_COUNT", 0, int)
 
 
 # Read where they are used (the workers and the runner), and checked by settings() before anything
@@ -77,20 +207,16 @@ def politeness() -> dict:
     """Per domain, across the sources that reach it: at most ``concurrency`` navigations at once, at least
     ``interval_s`` seconds between their starts (fleet/scraping/politeness.py). ``shared``: where the bounds are
     kept for every host once fleet scales out (the broker's Redis under FLEET_EXECUTOR=celery), else ""."""
-    celery = os.environ.get("FLEET_EXECUTOR", "").strip() == "celery"
+    celery = _text("FLEET_EXECUTOR") == "celery"
     return {"concurrency": env_number("FLEET_DOMAIN_CONCURRENCY", 4, int, minimum=1),
             "interval_s": env_number("FLEET_DOMAIN_INTERVAL_S", 0.0),
-            "shared": os.environ.get("FLEET_CELERY_BROKER", "").strip() if celery else ""}
-
-
-def _int(name: str, default: int, minimum: int = 0) -> int:
-    return env_number(name, default, int, minimum)
+            "shared": _text("FLEET_CELERY_BROKER") if celery else ""}
 
 
 def _start_week() -> str:
     """``FLEET_START_WEEK`` as the partition key of its week: a Monday (2026-01-05) or an ISO week (2026-W02).
     Any other date is refused, not moved: Dagster's weekly partitions would start on the Monday after it."""
-    raw = os.environ.get("FLEET_START_WEEK", "").strip() or "2026-01-05"
+    raw = _text("FLEET_START_WEEK") or "2026-01-05"
     try:
         return parse_week(raw).isoformat()
     except ValueError:
@@ -148,7 +274,6 @@ class Settings:
         return self.home / "clone"
 
 
-
 def _check_home(home: Path) -> None:
     """FLEET_HOME must be a folder, or one that can be made: not a file, nor under one, nor read-only."""
     if home.exists() and not home.is_dir():
@@ -162,7 +287,7 @@ def _check_home(home: Path) -> None:
 
 def _artifacts() -> str:
     """FLEET_ARTIFACTS: empty (the default folder), an absolute folder, or an s3://bucket/prefix URL."""
-    raw = os.environ.get("FLEET_ARTIFACTS", "").strip()
+    raw = _text("FLEET_ARTIFACTS")
     if not raw or raw.startswith("s3://"):
         return raw.rstrip("/")
     if "://" in raw:
@@ -179,28 +304,22 @@ def settings() -> Settings:
     if not prefix.endswith("/"):
         prefix += "/"
     workers = env_choice("FLEET_WORKERS", "warm", ("warm", "fresh"))
-    max_parallel = _int("FLEET_MAX_PARALLEL", 10, minimum=1)
-    from fleet.policy.freshness import SETTING as DEADLINE, parse_deadline
-    from fleet.scraping.blocked import markers_from_env
-
-    for check in (worker_idle_s, worker_max_sources, browser_startup_s, markers_from_env, politeness,
-                  lambda: parse_deadline(os.environ.get(DEADLINE))):
+    max_parallel = env_number("FLEET_MAX_PARALLEL", 10, int, minimum=1)
+    for check in (worker_idle_s, worker_max_sources, browser_startup_s, block_markers, politeness,
+                  freshness_deadline, alert_webhook, _check_slack, demo_latency_ms, git_config_count):
         check()
-    webhook = os.environ.get("FLEET_ALERT_WEBHOOK", "").strip()
-    if webhook and not webhook.lower().startswith(("http://", "https://")):  # else every alert's POST would fail
-        raise FleetError(f"FLEET_ALERT_WEBHOOK must be an http:// or https:// URL, got {webhook!r}")
     return Settings(
         home=home,
         data_remote=os.environ.get("FLEET_DATA_REMOTE") or str(home / "data-remote.git"),
-        branch=os.environ.get("FLEET_DATA_BRANCH", "").strip() or "main",
+        branch=_text("FLEET_DATA_BRANCH") or "main",
         prefix=prefix,
         max_parallel=max_parallel,
-        crash_reruns=_int("FLEET_CRASH_RERUNS", 2),
+        crash_reruns=env_number("FLEET_CRASH_RERUNS", 2, int),
         start_week=_start_week(),
         git_token=os.environ.get("FLEET_GIT_TOKEN") or None,
         workers=workers,
         compute_logs=env_flag("FLEET_COMPUTE_LOGS"),
-        run_monitor_s=_int("FLEET_RUN_MONITOR_S", 30, minimum=1),
+        run_monitor_s=env_number("FLEET_RUN_MONITOR_S", 30, int, minimum=1),
         **_distributed(),
         artifacts=_artifacts(),
     )
@@ -210,25 +329,31 @@ def _distributed() -> dict:
     """The settings of the distributed stack (README, "Running on more than one machine"), checked as a whole:
     the celery executor needs a broker it can name."""
     executor = env_choice("FLEET_EXECUTOR", "multiprocess", ("multiprocess", "celery"))
-    broker = os.environ.get("FLEET_CELERY_BROKER", "").strip()
-    backend = os.environ.get("FLEET_CELERY_BACKEND", "").strip() or broker
+    broker = _text("FLEET_CELERY_BROKER")
+    backend = _text("FLEET_CELERY_BACKEND") or broker
     for name, url in (("FLEET_CELERY_BROKER", broker), ("FLEET_CELERY_BACKEND", backend)):
         if url and not url.startswith(("redis://", "rediss://")):
             raise FleetError(f"{name} must be a redis:// or rediss:// URL, got {url!r}")
-    if executor == "celery" and not broker:
-        raise FleetError("FLEET_EXECUTOR=celery needs FLEET_CELERY_BROKER, the Redis URL the workers listen on "
-                         "(e.g. redis://127.0.0.1:6379/0)")
-    postgres = os.environ.get("FLEET_POSTGRES_URL", "").strip()
+    if executor == "celery":
+        require_extra("dagster_celery", "distributed", "FLEET_EXECUTOR=celery")
+        if not broker:
+            raise FleetError("FLEET_EXECUTOR=celery needs FLEET_CELERY_BROKER, the Redis URL the workers listen on "
+                             "(e.g. redis://127.0.0.1:6379/0)")
+    postgres = _text("FLEET_POSTGRES_URL")
     if postgres and not postgres.startswith(("postgresql://", "postgres://")):
         raise FleetError(f"FLEET_POSTGRES_URL must be a postgresql:// URL, got {postgres!r}")
     return dict(executor=executor, celery_broker=broker, celery_backend=backend,
-                worker_concurrency=_int("FLEET_WORKER_CONCURRENCY", 10, minimum=1),
+                worker_concurrency=env_number("FLEET_WORKER_CONCURRENCY", 10, int, minimum=1),
                 worker_lost_s=env_number("FLEET_WORKER_LOST_S", 30.0, minimum=5), postgres_url=postgres)
+
+
+def chromium_setting() -> str:
+    return _text("FLEET_CHROMIUM")
 
 
 def chromium_path() -> str:
     """``FLEET_CHROMIUM`` if set, else the first Chromium found on this machine."""
-    explicit = os.environ.get("FLEET_CHROMIUM")
+    explicit = chromium_setting()
     if explicit:
         if not (os.path.isfile(explicit) and os.access(explicit, os.X_OK)):
             raise FleetError(f"FLEET_CHROMIUM={explicit!r} is not an executable file")
@@ -237,8 +362,7 @@ def chromium_path() -> str:
         if os.access(cand, os.X_OK):
             return cand
     for name in ("chromium-headless-shell", "chromium", "chromium-browser", "google-chrome"):
-        found = shutil.which(name)
-        if found:
+        if found := shutil.which(name):
             return found
     raise FleetError("no Chromium found: install Debian's 'chromium-headless-shell' (or 'chromium') package or set "
                      "FLEET_CHROMIUM to its path")
@@ -247,7 +371,7 @@ def chromium_path() -> str:
 def scraper_dirs() -> list[Path]:
     """``FLEET_SCRAPERS_DIR`` (os.pathsep-separated) if set, else the project's ``scrapers/``
     (plus ``scrapers/faults`` when ``FLEET_DEMO_FAULTS=1``)."""
-    raw = os.environ.get("FLEET_SCRAPERS_DIR", "").strip()
+    raw = _text("FLEET_SCRAPERS_DIR")
     if raw:
         dirs = [Path(p).resolve() for p in raw.split(os.pathsep) if p]
         missing = [str(d) for d in dirs if not d.is_dir()]

@@ -1,8 +1,11 @@
 """Weeks: the partition key is the ISO week's Monday as YYYY-MM-DD, the only notion of "when"."""
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import re
+
+from fleet.errors import FleetError
 
 _ISO_WEEK = re.compile(r"^(\d{4})-?W(\d{1,2})$", re.IGNORECASE)
 
@@ -61,20 +64,12 @@ def current_week(now: dt.datetime | None = None) -> dt.date:
     return parse_week(today(now))
 
 
-def last_partition_week(now: dt.datetime | None = None) -> dt.date:
-    """The Monday of the last weekly partition: the week in progress in UTC (the partitions' ``end_offset=1``,
-    fleet/defs/assets.py), never before the first partition."""
-    return current_week(now)
-
-
 def check_week_in_partitions(week: str | dt.date, start_week: str, now: dt.datetime | None = None) -> str:
     """The partition key of ``week``, or a FleetError when the weekly partitions do not hold it: before
     ``FLEET_START_WEEK`` (``start_week``) or after the week in progress. Without importing Dagster; the
     partitions definition agrees (fleet_tests/test_definitions.py)."""
-    from fleet.errors import FleetError
-
     day, first = parse_week(week), parse_week(start_week)
-    last = max(first, last_partition_week(now))
+    last = max(first, current_week(now))  # the partitions' end_offset=1 (fleet/defs/assets.py): the week in progress
     if day < first:
         raise FleetError(f"week {day.isoformat()} is before the first weekly partition, {first.isoformat()} "
                          f"(FLEET_START_WEEK); give a later week or set FLEET_START_WEEK earlier")
@@ -82,3 +77,31 @@ def check_week_in_partitions(week: str | dt.date, start_week: str, now: dt.datet
         raise FleetError(f"week {day.isoformat()} has not started: the last weekly partition is {last.isoformat()}, "
                          f"the week in progress")
     return day.isoformat()
+
+
+DAYS = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
+_DEADLINE = re.compile(r"^\s*([a-z]{3})[a-z]*\s+(\d{1,2}):(\d{2})\s*$", re.I)
+
+
+@dataclasses.dataclass(frozen=True)
+class Deadline:
+    """A weekday and UTC time in the week after the week whose raw commit is due (``mon 12:00``: the Monday
+    after the week that ended on Sunday): FLEET_FRESHNESS_DEADLINE, for fleet/policy/freshness.py."""
+
+    day: int
+    hour: int
+    minute: int
+
+    def of(self, week: dt.date) -> dt.datetime:
+        day = week + dt.timedelta(days=7 + self.day)
+        return dt.datetime(day.year, day.month, day.day, self.hour, self.minute, tzinfo=dt.timezone.utc)
+
+
+def parse_deadline(raw: str | None, setting: str, default: str = "mon 12:00") -> Deadline:
+    text = (raw or "").strip() or default
+    m = _DEADLINE.match(text)
+    day = DAYS.index(m.group(1).lower()) if m and m.group(1).lower() in DAYS else None
+    if m is None or day is None or int(m.group(2)) > 23 or int(m.group(3)) > 59:
+        raise FleetError(f"{setting} must be a weekday and a UTC time in the week after the week, such as "
+                         f"'mon 12:00', got {raw!r}")
+    return Deadline(day, int(m.group(2)), int(m.group(3)))

@@ -78,7 +78,6 @@ def test_one_post_per_problem_and_no_resend(tmp_path, receiver):
     assert len(posts) == 4
     lines = log_lines(tmp_path)
     assert len(lines) == 4 and all("webhook_error" not in x for x in lines)
-    assert set(json.loads((tmp_path / "alerts" / "sent.json").read_text())) == {a.key for a in batch[:4]}
     # Another week is another alert.
     other = al.Alert(**{**make().to_json(), "week": "2026-11-23"})
     assert al.deliver([other], tmp_path, webhook=url) == [other]
@@ -130,10 +129,14 @@ def test_concurrent_processes_send_once(tmp_path, receiver):
     assert len(posts) == 10 and len(log_lines(tmp_path)) == 10
 
 
-def test_corrupt_ledger_is_rebuilt_from_log(tmp_path):
+def test_a_line_cut_short_by_a_crash_loses_no_other_alert(tmp_path):
     al.deliver([make()], tmp_path, webhook="")
-    (tmp_path / "alerts" / "sent.json").write_text("{not json")
-    assert al.deliver([make()], tmp_path, webhook="") == []
+    with open(tmp_path / "alerts" / "alerts.jsonl", "a") as fh:
+        fh.write('{"source": "torn", "week": "2026-11-16", "chec')  # a crash mid-append
+    assert al.deliver([make()], tmp_path, webhook="") == []  # the whole line before it still counts
+    assert al.deliver([make(source="c")], tmp_path, webhook="") == [make(source="c")]
+    assert al.deliver([make(source="c")], tmp_path, webhook="") == []  # on a line of its own: read back
+    assert [r["source"] for r in al.logged(tmp_path)] == ["book_prices", "c"]
 
 
 def test_builders_and_summary():

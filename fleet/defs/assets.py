@@ -1,8 +1,6 @@
 """The asset graph: raw/<source> per scraper -> consolidated_raw_rows -> raw_commit -> post_processed -> processed_commit."""
 # No `from __future__ import annotations` here: Dagster inspects the annotations of asset functions at runtime.
 import dataclasses
-import os
-import socket
 from typing import Optional
 
 import polars as pl
@@ -11,6 +9,7 @@ from dagster import (
     Config, Failure, MaterializeResult, MetadataValue, RetryPolicy, WeeklyPartitionsDefinition, asset,
 )
 
+from fleet.config import worker_name
 from fleet.quality import alerts as alerting
 from fleet.quality import checks as qc
 from fleet.defs import codeversion
@@ -127,7 +126,7 @@ def check_crash_budget(context, source: str, crash_reruns: int) -> None:
 def host_label() -> str:
     """Which host scraped: the `fleet worker` (its Celery node name, worker@host: FLEET_WORKER_NAME), else the
     machine."""
-    return os.environ.get("FLEET_WORKER_NAME", "") or socket.gethostname()
+    return worker_name()
 
 
 def refuse_other_code(context, source: str) -> None:

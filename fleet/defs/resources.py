@@ -4,7 +4,6 @@ They show on the UI's resources page. Their defaults come from the ``FLEET_*`` e
 README (:func:`from_settings`); the git token is an ``EnvVar``, so the UI shows its name, never its value."""
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Optional
 
@@ -89,11 +88,11 @@ def from_settings(s: Settings) -> dict:
     """The resources for settings ``s``, keyed as the assets ask for them."""
     return {
         "data_repo": DataRepository(remote=s.data_remote, branch=s.branch, prefix=s.prefix,
-                                    token=EnvVar(TOKEN_VAR) if os.environ.get(TOKEN_VAR) else None,
+                                    token=EnvVar(TOKEN_VAR) if s.git_token else None,
                                     clone_dir=str(s.clone_dir)),
         "artifacts": ArtifactStore(root=s.store_url, cache_dir=str(s.artifact_cache)),
-        "browser": Browser(chromium=os.environ.get("FLEET_CHROMIUM", "").strip(), workers=s.workers,
+        "browser": Browser(chromium=config.chromium_setting(), workers=s.workers,
                            worker_idle_s=config.worker_idle_s(), worker_max_sources=config.worker_max_sources(),
                            startup_s=config.browser_startup_s(), home=str(s.home)),
-        "alerts": Alerts(home=str(s.home), webhook=os.environ.get("FLEET_ALERT_WEBHOOK", "").strip() or None),
+        "alerts": Alerts(home=str(s.home), webhook=config.alert_webhook()),
     }

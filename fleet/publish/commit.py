@@ -7,7 +7,6 @@ contains the commit.
 """
 from __future__ import annotations
 
-import os
 import random
 import shutil
 import time
@@ -18,6 +17,7 @@ from pathlib import Path
 
 import git
 
+from fleet import config
 from fleet.publish import lfs, message, snapshot
 from fleet.publish.clone import Retry, WorkingClone
 from fleet.publish.datarepo import DataRepo
@@ -141,10 +141,10 @@ class _Loop:
         return "committed", sha
 
     def _commit(self, repo: git.Repo, text: str) -> str:
-        env = {}
-        if not repo.git.config("user.name", with_exceptions=False) and "GIT_AUTHOR_NAME" not in os.environ:
+        env, (name, email) = {}, config.git_author()
+        if not repo.git.config("user.name", with_exceptions=False) and name is None:
             env.update(GIT_AUTHOR_NAME=IDENTITY[0], GIT_COMMITTER_NAME=IDENTITY[0])
-        if not repo.git.config("user.email", with_exceptions=False) and "GIT_AUTHOR_EMAIL" not in os.environ:
+        if not repo.git.config("user.email", with_exceptions=False) and email is None:
             env.update(GIT_AUTHOR_EMAIL=IDENTITY[1], GIT_COMMITTER_EMAIL=IDENTITY[1])
         msg = Path(repo.git_dir) / "FLEET_COMMIT_MSG"
         msg.write_text(text)

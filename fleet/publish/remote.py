@@ -3,7 +3,6 @@ the remote's host, what git's refusals mean, and the redaction every text leavin
 from __future__ import annotations
 
 import base64
-import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -11,6 +10,7 @@ from urllib.parse import quote, unquote, urlsplit, urlunsplit
 
 import git
 
+from fleet import config
 from fleet.errors import CommitError, without_credentials
 
 _AUTH_HEADER = re.compile(r"(?i)(authorization:\s*\S+\s+)\S+")
@@ -52,7 +52,7 @@ class Remote:
             # The token travels as a header scoped to the remote's host, through the environment: it is in
             # neither the URL (which git would echo and store in .git/config) nor argv (visible in ps).
             parts = urlsplit(self.url)
-            n = int(os.environ.get("GIT_CONFIG_COUNT") or 0)
+            n = config.git_config_count()
             env["GIT_CONFIG_COUNT"] = str(n + 1)
             env[f"GIT_CONFIG_KEY_{n}"] = f"http.{parts.scheme}://{parts.netloc}/.extraHeader"
             env[f"GIT_CONFIG_VALUE_{n}"] = f"Authorization: Basic {basic_credentials(self)}"

@@ -1,31 +1,33 @@
 """Alert delivery (no Dagster): exactly one alert per (source, week, check, severity), to a JSONL log and optional sinks.
 
 Files under ``<home>/alerts/``:
-  sent.json     the ledger of delivered keys, rewritten atomically (temp file + rename) after each alert
-  alerts.jsonl  one JSON line per delivered alert (with ``webhook_error`` when the webhook failed)
+  alerts.jsonl  one JSON line per delivered alert (with ``webhook_error`` when the webhook failed): the ledger too,
+                appended and synced before the next alert goes out
   .lock         ``fcntl.flock`` lock held for a whole ``deliver`` call, so concurrent processes never send twice
 
-Sinks: the JSONL log always; a webhook (``webhook=`` or env ``FLEET_ALERT_WEBHOOK``) gets the alert as a JSON POST
+Sinks: the JSONL log always; a webhook (``webhook=`` or ``FLEET_ALERT_WEBHOOK``) gets the alert as a JSON POST
 (timeout 5 s, 2 retries on connection errors; failures are logged and recorded, never raised); Slack (``slack=``
-channel or env ``FLEET_ALERT_SLACK``, token ``FLEET_SLACK_TOKEN``) through ``dagster_slack`` when importable, otherwise
-skipped with a warning. An alert whose webhook failed still counts as delivered (it is in the log) and is not resent.
+channel or ``FLEET_ALERT_SLACK``, token ``FLEET_SLACK_TOKEN``) through dagster-slack (the ``slack`` extra), which
+``config.settings()`` refuses to start without; a delivery that finds it missing all the same skips it with a
+warning. An alert whose webhook failed still counts as delivered (it is in the log) and is not resent.
 """
 from __future__ import annotations
 
 import contextlib
 import dataclasses
-import datetime as dt
 import fcntl
 import json
 import logging
 import os
 import socket
-import tempfile
 import time
 import urllib.error
 import urllib.request
 from pathlib import Path
 from typing import Any, Iterable
+
+from fleet import config
+from fleet.weeks import utc_now
 
 log = logging.getLogger("fleet.alerts")
 
@@ -79,59 +81,44 @@ def from_week_checks(week: str, results: Iterable[dict], *, run_id: str | None =
 
 @contextlib.contextmanager
 def _locked(folder: Path):
+    """Held for a whole delivery, so processes delivering at once never send an alert twice. The kernel drops it
+    with its file: a process that dies holding it blocks no one."""
     folder.mkdir(parents=True, exist_ok=True)
     with open(folder / ".lock", "a+") as fh:
         fcntl.flock(fh.fileno(), fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
+        yield
 
 
-def _read_ledger(path: Path) -> dict[str, Any]:
+def _records(path: Path) -> list[dict[str, Any]]:
+    """``alerts.jsonl``'s records, oldest first, without a line cut short by a crash mid-append."""
     try:
-        data = json.loads(path.read_text())
+        lines = path.read_text(encoding="utf-8").splitlines()
     except FileNotFoundError:
-        return {}
-    except (OSError, ValueError) as exc:
-        log.warning("alert ledger %s unreadable (%s); rebuilding it from alerts.jsonl", path, exc)
-        return _ledger_from_log(path.parent / "alerts.jsonl")
-    return data if isinstance(data, dict) else {}
-
-
-def _ledger_from_log(path: Path) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    try:
-        lines = path.read_text().splitlines()
-    except FileNotFoundError:
-        return out
+        return []
+    out = []
     for line in lines:
         try:
             rec = json.loads(line)
-            key = "|".join((rec.get("source") or "-", rec["week"], rec["check"], rec["severity"]))
-        except (ValueError, KeyError, TypeError):
+        except ValueError:
             continue
-        out[key] = {"sent_at": rec.get("sent_at"), "run_id": rec.get("run_id")}
+        if isinstance(rec, dict):
+            out.append(rec)
     return out
 
 
-def _write_atomic(path: Path, payload: bytes) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(payload)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
+def _key(rec: dict) -> str:
+    return "|".join((rec.get("source") or "-", str(rec.get("week")), str(rec.get("check")), str(rec.get("severity"))))
 
 
 def _append_line(path: Path, record: dict) -> None:
-    with open(path, "a", encoding="utf-8") as fh:
-        fh.write(json.dumps(record, sort_keys=True, default=str) + "\n")
+    line = json.dumps(record, sort_keys=True, default=str) + "\n"
+    with open(path, "ab+") as fh:
+        end = fh.seek(0, os.SEEK_END)
+        if end:
+            fh.seek(end - 1)
+            if fh.read(1) != b"\n":  # a line a crash cut short: this record must not join it, and be lost with it
+                line = "\n" + line
+        fh.write(line.encode())
         fh.flush()
         os.fsync(fh.fileno())
 
@@ -172,9 +159,10 @@ def _slack_client(channel: str):
     try:
         from dagster_slack import SlackResource  # type: ignore[import-not-found]
     except ImportError:
-        log.warning("slack alerts for channel %s skipped: dagster-slack is not installed", channel)
+        log.warning("slack alerts for channel %s skipped: dagster-slack is not installed "
+                    "(pip install 'fleet[slack]')", channel)
         return None
-    token = os.environ.get("FLEET_SLACK_TOKEN")
+    token = config.slack_token()
     if not token:
         log.warning("slack alerts for channel %s skipped: FLEET_SLACK_TOKEN is not set", channel)
         return None
@@ -199,27 +187,28 @@ def _post_slack(client, channel: str, alert: Alert) -> str | None:
 def deliver(alerts: list[Alert], home: Path, *, webhook: str | None = None, slack: str | None = None) -> list[Alert]:
     """Send the alerts not sent before (by source, week, check, severity); return those newly sent.
 
-    ``webhook``/``slack`` default to env ``FLEET_ALERT_WEBHOOK``/``FLEET_ALERT_SLACK``; pass ``""`` to disable.
+    ``webhook``/``slack`` default to ``FLEET_ALERT_WEBHOOK``/``FLEET_ALERT_SLACK``; pass ``""`` to disable.
     """
     if webhook is None:
-        webhook = os.environ.get("FLEET_ALERT_WEBHOOK") or None
+        webhook = config.alert_webhook()
     if slack is None:
-        slack = os.environ.get("FLEET_ALERT_SLACK") or None
+        slack = config.alert_slack()
     folder = Path(home) / "alerts"
-    ledger_path, log_path = folder / "sent.json", folder / "alerts.jsonl"
+    log_path = folder / "alerts.jsonl"
     sent: list[Alert] = []
     with _locked(folder):
-        ledger = _read_ledger(ledger_path)
+        done = {_key(rec) for rec in _records(log_path)}
         todo: list[Alert] = []
         for alert in alerts:
-            if alert.key not in ledger and all(a.key != alert.key for a in todo):
+            if alert.key not in done:
+                done.add(alert.key)
                 todo.append(alert)
         if not todo:
             return []
         client = _slack_client(slack) if slack else None
         webhook_down: str | None = None
         for alert in todo:
-            record = {**alert.to_json(), "sent_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")}
+            record = {**alert.to_json(), "sent_at": utc_now().isoformat(timespec="seconds")}
             if webhook:
                 err = f"skipped: webhook unreachable earlier in this batch ({webhook_down})" if webhook_down \
                     else _post_webhook(webhook, alert)
@@ -235,8 +224,6 @@ def deliver(alerts: list[Alert], home: Path, *, webhook: str | None = None, slac
                     record["slack_error"] = err
                     log.warning("slack alert failed for %s: %s", alert.key, err)
             _append_line(log_path, record)
-            ledger[alert.key] = {"sent_at": record["sent_at"], "run_id": alert.run_id}
-            _write_atomic(ledger_path, json.dumps(ledger, indent=1, sort_keys=True).encode())
             sent.append(alert)
     return sent
 
@@ -247,24 +234,9 @@ def logged(home: Path, *, week: str | None = None, run_ids: Iterable[str] | None
 
     Each alert is delivered once, by the run that first found its problem, so ``run_ids`` picks what a run
     (or a ``fleet run``'s runs) newly reported; without it a week lists every alert ever delivered for it."""
-    path = Path(home) / "alerts" / "alerts.jsonl"
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except FileNotFoundError:
-        return []
     wanted = None if run_ids is None else set(run_ids)
-    out = []
-    for line in lines:
-        try:
-            rec = json.loads(line)
-        except ValueError:
-            continue  # a line cut short by a crash mid-append
-        if not isinstance(rec, dict) or (week is not None and rec.get("week") != week):
-            continue
-        if wanted is not None and rec.get("run_id") not in wanted:
-            continue
-        out.append(rec)
-    return out
+    return [rec for rec in _records(Path(home) / "alerts" / "alerts.jsonl")
+            if (week is None or rec.get("week") == week) and (wanted is None or rec.get("run_id") in wanted)]
 
 
 def _line(alert: Alert) -> str:

@@ -4,11 +4,11 @@ week's commit as a failed source is. Its rows stay stored; ``fleet release`` or 
 on a publish run commits them, with a note."""
 from __future__ import annotations
 
-import datetime as dt
 
 from fleet.errors import FleetError
 from fleet.quality import checks as qc
 from fleet.storage.store import ArtifactStore
+from fleet.weeks import utc_now
 
 BLOCKING = ("schema", "volume", "coverage")
 RELEASE_TAG = "fleet/release"          # comma-separated sources whose held rows the publish run commits
@@ -69,4 +69,4 @@ def release(store: ArtifactStore, week: str, sources: list[str], *, by: str, not
     for name, (taken, held) in check_held(store, week, sources).items():
         store.write_json(week, release_key(name), {
             "attempt": taken.get("attempt"), "by": by, "note": note, "checks": held["checks"],
-            "released_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")})
+            "released_at": utc_now().isoformat(timespec="seconds")})

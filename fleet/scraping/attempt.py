@@ -8,7 +8,7 @@ from pathlib import Path
 
 from fleet import config
 from fleet.scraping import sandbox
-from fleet.scraping.blocked import markers_from_env
+from fleet.config import block_markers as markers_from_env
 from fleet.scraping.discovery import Source
 from fleet.scraping.pool import tmp_root
 from fleet.scraping.settings import WorkerSettings

@@ -3,15 +3,9 @@ from __future__ import annotations
 
 import datetime as dt
 import email.utils
-import json
-import os
 
-from fleet.errors import FleetError
+from fleet.weeks import utc_now
 
-# Case-insensitive substrings of a page's HTML that mark a bot wall; FLEET_BLOCK_MARKERS replaces them, a
-# scraper's ``block_markers`` adds its own. Specific on purpose: the word "captcha" alone is on many login forms.
-DEFAULT_MARKERS = ("g-recaptcha", "h-captcha", "cf-challenge", "cf-turnstile", "challenge-platform",
-                   "are you a robot", "unusual traffic from your", "verify you are human", "fleet-demo-captcha")
 BLOCKED_STATUS = (403, 429)
 
 # One round trip: the lowercased head of the document (title included), searched for every marker in the page.
@@ -19,27 +13,6 @@ _FIND_JS = """markers => {
   const html = (document.documentElement ? document.documentElement.outerHTML : '').slice(0, 500000).toLowerCase();
   return markers.find(m => html.includes(m)) ?? null;
 }"""
-
-
-def parse_markers(raw, setting: str) -> tuple[str, ...]:
-    """``raw`` (a JSON list as text, or a list) as a tuple of lowercased non-empty strings, else a FleetError
-    naming ``setting``."""
-    value = raw
-    if isinstance(raw, str):
-        try:
-            value = json.loads(raw)
-        except ValueError:
-            value = None
-    if (not isinstance(value, (list, tuple)) or not value
-            or not all(isinstance(m, str) and m.strip() for m in value)):
-        raise FleetError(f"{setting} must be a non-empty JSON list of non-empty strings "
-                         f"(e.g. [\"g-recaptcha\", \"are you a robot\"]), got {raw!r}")
-    return tuple(m.strip().lower() for m in value)
-
-
-def markers_from_env() -> tuple[str, ...]:
-    raw = os.environ.get("FLEET_BLOCK_MARKERS", "").strip()
-    return parse_markers(raw, "FLEET_BLOCK_MARKERS") if raw else DEFAULT_MARKERS
 
 
 async def find_marker(page, markers) -> str | None:
@@ -65,4 +38,4 @@ def retry_after_s(value: str | None, now: dt.datetime | None = None) -> float | 
         return None
     if when.tzinfo is None:
         when = when.replace(tzinfo=dt.timezone.utc)
-    return max(0.0, (when - (now or dt.datetime.now(dt.timezone.utc))).total_seconds())
+    return max(0.0, (when - (now or utc_now())).total_seconds())

@@ -14,6 +14,7 @@ from typing import Any, AsyncIterator, ClassVar, Mapping
 
 import polars as pl
 
+from fleet.config import DEFAULT_MARKERS, parse_markers
 from fleet.errors import BlockedError, FleetError, NavigationError, ScraperDefinitionError
 from fleet.scraping import blocked as bot
 from fleet.scraping.politeness import Politeness
@@ -125,7 +126,7 @@ class Scraper:
                 raise ScraperDefinitionError(f"scraper {name!r}: {flag} must be True or False, got {getattr(cls, flag)!r}")
         if getattr(cls, "block_markers", ()):
             try:
-                bot.parse_markers(list(cls.block_markers) if isinstance(cls.block_markers, (list, tuple)) else
+                parse_markers(list(cls.block_markers) if isinstance(cls.block_markers, (list, tuple)) else
                                   cls.block_markers, f"scraper {name!r}: block_markers")
             except FleetError as exc:
                 raise ScraperDefinitionError(str(exc)) from None
@@ -176,7 +177,7 @@ class ScrapeContext:
         logger: logging.Logger | None = None,
         progress_path: Path | None = None,
         step_pid: int | None = None,
-        block_markers: tuple[str, ...] = bot.DEFAULT_MARKERS,
+        block_markers: tuple[str, ...] = DEFAULT_MARKERS,
         politeness: Politeness | None = None,
     ):
         self.source = source

@@ -2,12 +2,13 @@
 that produced it (its git blob id, which is also a hash of its content)."""
 from __future__ import annotations
 
-import datetime as dt
 import hashlib
 from pathlib import Path
 from typing import Iterable
 
 import polars as pl
+
+from fleet.weeks import utc_now as now  # noqa: F401  (a row's fetched_at: fleet's one clock, as the attempt stamps it)
 
 FETCHED_AT, SCRAPER_REV = "fetched_at", "scraper_rev"
 COLUMNS = (FETCHED_AT, SCRAPER_REV)
@@ -18,10 +19,6 @@ def revision(module_path: Path | str) -> str:
     """The git blob id of the module file (what ``git hash-object`` prints), whether or not it is in a repository."""
     data = Path(module_path).read_bytes()
     return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
-
-
-def now() -> dt.datetime:
-    return dt.datetime.now(dt.timezone.utc)
 
 
 def split(rows: Iterable[dict], key: tuple[str, ...]) -> tuple[list[dict], dict[tuple, tuple]]:

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import s3fs
 
+from fleet import config
 from fleet.errors import FleetError
 from fleet.storage.store import STORE_SETTING, ArtifactStore
 
@@ -39,7 +40,7 @@ class S3ArtifactStore(ArtifactStore):
             raise FleetError(f"{STORE_SETTING} must name a bucket (s3://bucket/prefix), got {url!r}")
         self.bucket = self.base.split("/", 1)[0]
         self.cache_dir = Path(cache_dir)
-        endpoint = os.environ.get("AWS_ENDPOINT_URL", "").strip() or None
+        endpoint = config.aws_endpoint_url()
         # No listings cache: another host writes into the same prefixes, and a cached listing would hide it.
         # Short connect timeouts: an endpoint that does not answer is refused at start-up, not after minutes.
         self.fs = s3fs.S3FileSystem(endpoint_url=endpoint, use_listings_cache=False, skip_instance_cache=True,
@@ -128,7 +129,7 @@ class S3ArtifactStore(ArtifactStore):
                       if e.get("type") == "directory" and not e["name"].rsplit("/", 1)[-1].startswith("."))
 
     def check(self) -> None:
-        endpoint = os.environ.get("AWS_ENDPOINT_URL", "").strip()
+        endpoint = config.aws_endpoint_url()
         where = f" at {endpoint} (AWS_ENDPOINT_URL)" if endpoint else ""
         try:
             self.fs.ls(self.bucket, detail=False)

@@ -7,7 +7,6 @@
 from __future__ import annotations
 
 import abc
-import datetime as dt
 import json
 import os
 import shutil
@@ -19,6 +18,7 @@ from typing import Any
 import polars as pl
 
 from fleet.errors import FleetError
+from fleet.weeks import utc_now
 
 
 class ArtifactStore(abc.ABC):
@@ -268,7 +268,7 @@ def new_attempt_id() -> str:
     """An attempt's id: its start time in UTC to the microsecond, then a random tail. Ids sort in start order on
     every host (clocks agree to far less than the seconds between an attempt and its rerun), which is what decides
     whose outcome counts (``read_outcome``)."""
-    return f"{dt.datetime.now(dt.timezone.utc):%Y%m%dT%H%M%S%f}-{uuid.uuid4().hex[:6]}"
+    return f"{utc_now():%Y%m%dT%H%M%S%f}-{uuid.uuid4().hex[:6]}"
 
 
 def raw_key(source: str, attempt: str) -> str:
