@@ -17,6 +17,22 @@ from fleet.storage.store import ArtifactStore
 
 
 @dataclasses.dataclass(frozen=True)
+class Trial:
+    """What `fleet test`, `record`, `new` and `canary` change about an attempt, which is otherwise the weekly run's:
+    where the page's network comes from (live, recorded into ``record_har``, or replayed from ``replay_har``),
+    settings for the scraper's process (``env``: a fixture's demo site), and stopping after ``first_rows``."""
+
+    record_har: Path | None = None
+    replay_har: Path | None = None
+    env: dict = dataclasses.field(default_factory=dict)
+    first_rows: int | None = None
+
+    def spec(self) -> dict:
+        return {"record_har": str(self.record_har or "") or None, "replay_har": str(self.replay_har or "") or None,
+                "env": dict(self.env), "first_rows": self.first_rows}
+
+
+@dataclasses.dataclass(frozen=True)
 class Attempt:
     """An attempt's files live in the source's work folder for the week (host-local scratch), named after the
     attempt, next to the rows spooled by earlier attempts (what a re-execution resumes from, fetched from the store
@@ -60,7 +76,7 @@ class Attempt:
 
 
 def new_attempt(source: Source, week: str, *, store: ArtifactStore, run_id: str, deep: bool, timeout: float,
-                retry: dict | None, settings: WorkerSettings) -> Attempt:
+                retry: dict | None, settings: WorkerSettings, trial: Trial | None = None) -> Attempt:
     attempt = keys.new_attempt_id()
     work = store.workdir(week, keys.spool_key(source.name))
     spec = {
@@ -78,5 +94,6 @@ def new_attempt(source: Source, week: str, *, store: ArtifactStore, run_id: str,
         "step_pid": os.getpid(),
         "block_markers": list(markers_from_env()),
         "politeness": {"root": str(settings.workers_dir.parent / "politeness"), **config.politeness()},
+        **(trial or Trial()).spec(),
     }
     return Attempt(id=attempt, work=work, spec=spec)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from fleet.errors import ScraperDefinitionError
 from fleet.scraping import outcome, pool, supervise
-from fleet.scraping.attempt import new_attempt
+from fleet.scraping.attempt import Trial, new_attempt
 from fleet.scraping.contract import check_seconds
 from fleet.scraping.discovery import Source
 from fleet.scraping.outcome import Outcome
@@ -18,12 +18,12 @@ from fleet.scraping.settings import WorkerSettings
 from fleet.storage import store as keys
 from fleet.storage.store import ArtifactStore
 
-__all__ = ["Outcome", "WorkerSettings", "run_source"]
+__all__ = ["Outcome", "Trial", "WorkerSettings", "run_source"]
 
 
 def run_source(source: Source, week: str, *, store: ArtifactStore, run_id: str, settings: WorkerSettings,
                deep: bool = False, timeout_s: float | None = None, retry: dict | None = None, refresh: bool = False,
-               reexecution: bool = False, forced: str | None = None, log=None) -> Outcome:
+               reexecution: bool = False, forced: str | None = None, log=None, trial: Trial | None = None) -> Outcome:
     """Scrape ``source`` for ``week`` (reusing a stored complete artifact unless ``refresh``), store and return its
     outcome. ``settings`` says which Chromium to launch and how workers are kept (:class:`WorkerSettings`).
 
@@ -31,7 +31,8 @@ def run_source(source: Source, week: str, *, store: ArtifactStore, run_id: str, 
     ``reexecution``, the re-execution of a crashed attempt of the same request (Dagster's retry of the step, a
     rerun run), which resumes from what the crashed attempt left, as any re-execution does. ``forced``: the date
     a past week is scraped on under ``fleet/force=true`` (fleet/policy/pastweek.py), kept in its outcome so the
-    week's commit says so."""
+    week's commit says so. ``trial``: what a lifecycle command (`fleet test`, `canary`, ...) changes about the
+    attempt (its network, its first rows); the attempt is otherwise this one, run the same way."""
     log_line = (log.info if log else (lambda *a: None))
     prefix = f"[run {run_id}] [{source.name}]"
     previous = keys.stored_complete(store, week, source.name, deep=deep)
@@ -61,7 +62,7 @@ def run_source(source: Source, week: str, *, store: ArtifactStore, run_id: str, 
         return outcome.failed(store, source.name, week, run_id, msg, "source")
 
     attempt = new_attempt(source, week, store=store, run_id=run_id, deep=deep, timeout=timeout, retry=retry,
-                          settings=settings)
+                          settings=settings, trial=trial)
     warm = settings.workers == "warm" and not (source.own_process or source.own_browser)
     try:
         proc, how = supervise.start(attempt, settings, warm)

@@ -42,7 +42,9 @@ def start(attempt: Attempt, settings: WorkerSettings, warm: bool):
     box = sandbox.for_attempt(settings, attempt.spec["module_path"])
     home = sandbox.prepare(box, settings)
     # the attempt's own folders: its rows, result and progress files (next to earlier attempts'), its evidence
-    sandbox.hand_over(box, attempt.work, Path(attempt.spec["evidence_dir"]))
+    # and the folder a HAR is recorded into
+    har = attempt.spec.get("record_har")
+    sandbox.hand_over(box, attempt.work, Path(attempt.spec["evidence_dir"]), *([Path(har).parent] if har else []))
     env = sandbox.worker_env(dict(os.environ), box, home)
     if not warm:
         proc = subprocess.Popen(sandbox.command(box, [sys.executable, "-m", "fleet.scraping.worker", str(spec_path)]),

@@ -158,8 +158,9 @@ async def scrape(own: OwnBrowser, spec: dict) -> dict:
     browser.on("disconnected", on_gone)
     try:
         context = None
+        missing: list[str] = []  # what a replay asked for that its HAR does not hold
         try:
-            context = await browser.new_context()
+            context = await open_context(browser, spec, missing)
             page = await context.new_page()
         except Exception as exc:  # no scraper code has run: the browser is gone, or will not give it a context
             died = await _browser_died(browser, gone, exc)  # its "disconnected" can come just after the error
@@ -181,6 +182,8 @@ async def scrape(own: OwnBrowser, spec: dict) -> dict:
         seen_keys: dict[tuple, dict] = {}
         count = 0
         imported = False
+        first_rows = spec.get("first_rows")
+        os.environ.update(spec.get("env") or {})  # a fixture's own settings (its demo site's URL), before the import
 
         async def consume():
             nonlocal count, imported
@@ -205,6 +208,8 @@ async def scrape(own: OwnBrowser, spec: dict) -> dict:
                         spool.write(encode_row({**clean, **stamp}) + "\n")
                         spool.flush()
                         count += 1
+                        if first_rows and count >= first_rows:  # a canary: the first page's first rows are enough
+                            break
                     ctx.rows_stored()  # the scrape ended: the last page's rows are all in the spool
                 except (SystemExit, KeyboardInterrupt) as exc:
                     # The scraper's own: a worker runs in a session of its own, so no Ctrl-C reaches it. Left to
@@ -239,6 +244,11 @@ async def scrape(own: OwnBrowser, spec: dict) -> dict:
                     result["http_status"] = exc.status
             if infra:
                 result["error"] = f"source {source.name}: the browser crashed: {text}"
+        if missing:  # the replay lacked what the page needs: that, not the scraper's error it led to, is the cause
+            more = f" (and {len(set(missing)) - 1} more)" if len(set(missing)) > 1 else ""
+            result = {**result, "status": "failed", "category": "source", "missing": sorted(set(missing)), "traceback": None,
+                      "error": f"source {source.name}: not in the fixture: {missing[0]}{more}; "
+                               f"re-record with `fleet record {source.name}`"}
         if result["status"] not in ("ok", "empty"):
             hard_deadline = start + spec["timeout_s"]  # when the runner kills this process
             if imported:  # before that, the page is the blank one fleet opened
@@ -253,6 +263,32 @@ async def scrape(own: OwnBrowser, spec: dict) -> dict:
         browser.remove_listener("disconnected", on_gone)
         stop_dumping_stacks()
     return result
+
+
+# Requests a page needs to make sense; anything else a replayed HAR lacks (images, fonts, analytics, cache busters
+# no recording can match) is aborted quietly.
+NEEDED = ("document", "xhr", "fetch")
+
+
+async def open_context(browser, spec: dict, missing: list[str]):
+    """The attempt's browser context. Its network is the live one, the live one recorded into ``record_har``
+    (Playwright's HAR, written as the context closes), or ``replay_har`` replayed offline: a request the HAR lacks
+    is aborted, and one of the ``NEEDED`` kinds added to ``missing``. Service workers are blocked for a HAR, whose
+    recorder and router do not see their requests."""
+    if not (spec.get("record_har") or spec.get("replay_har")):
+        return await browser.new_context()
+    options = {"record_har_path": spec["record_har"], "record_har_mode": "full"} if spec.get("record_har") else {}
+    context = await browser.new_context(service_workers="block", **options)
+    if spec.get("replay_har"):
+        async def not_in_fixture(route):
+            if route.request.resource_type in NEEDED:
+                missing.append(f"{route.request.method} {route.request.url}")
+            await route.abort()
+
+        # routes run newest first: the HAR answers what it holds and falls back to this for the rest
+        await context.route("**/*", not_in_fixture)
+        await context.route_from_har(spec["replay_har"], not_found="fallback")
+    return context
 
 
 class BrowserGone(Exception):
