@@ -138,7 +138,7 @@ def deep_phase(root: str, deep: str) -> None:
     out = run_source(shops, "2026-11-16", store=LocalArtifactStore(Path(root) / "artifacts"), run_id="bench",
                      deep=deep == "1", refresh=True, settings=ws)
     op = time.perf_counter() - t
-    pool.stop_idle(ws.workers_dir)  # otherwise its warm worker idles for FLEET_WORKER_IDLE_S
+    pool.stop_idle(ws.workers_dir)  # otherwise its warm worker idles for FLEET_BROWSER_HOST_IDLE_S
     print(json.dumps({"op_s": op, "status": out.status, "rows": out.rows, "pages": out.pages}))
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from fleet.config import worker_idle_s
+from fleet.config import browser_host_idle_s
 from fleet.errors import FleetError
 from fleet.scraping import pool
 from fleet.scraping.discovery import discover
@@ -209,7 +209,7 @@ def test_a_private_tmp_lives_as_long_as_its_process(tmp_path, monkeypatch, reque
 
 
 def test_an_idle_worker_leaves_by_itself(home, monkeypatch):
-    monkeypatch.setenv("FLEET_WORKER_IDLE_S", "1")
+    monkeypatch.setenv("FLEET_BROWSER_HOST_IDLE_S", "1")
     out, rows = _run(home, "probe")
     assert out.status == "ok"
     _wait_dead(rows[0]["pid"], seconds=20)
@@ -248,16 +248,31 @@ def test_stop_idle_leaves_a_worker_in_use_alone(home, tmp_path):
 
 
 def test_bad_worker_settings_are_clear_errors(monkeypatch, tmp_path):
-    monkeypatch.setenv("FLEET_WORKERS", "pooled")
-    with pytest.raises(FleetError, match="FLEET_WORKERS must be 'warm' or 'fresh', got 'pooled'"):
+    monkeypatch.setenv("FLEET_BROWSER_HOSTS", "pooled")
+    with pytest.raises(FleetError, match="FLEET_BROWSER_HOSTS must be 'warm' or 'fresh', got 'pooled'"):
         WorkerSettings.from_env(tmp_path)
-    monkeypatch.setenv("FLEET_WORKER_IDLE_S", "soon")
-    with pytest.raises(FleetError, match="FLEET_WORKER_IDLE_S must be a number, got 'soon'"):
-        worker_idle_s()
+    monkeypatch.setenv("FLEET_BROWSER_HOST_IDLE_S", "soon")
+    with pytest.raises(FleetError, match="FLEET_BROWSER_HOST_IDLE_S must be a number, got 'soon'"):
+        browser_host_idle_s()
     with pytest.raises(FleetError, match="workers must be 'warm' or 'fresh', got 'pooled'"):
         WorkerSettings(chromium="/bin/true", workers_dir=tmp_path, workers="pooled")
     with pytest.raises(FleetError, match="max_sources must be a number of at least 1, got 0"):
         WorkerSettings(chromium="/bin/true", workers_dir=tmp_path, max_sources=0)
+
+
+@pytest.mark.parametrize("old,new,value", [("FLEET_WORKERS", "FLEET_BROWSER_HOSTS", "warm"),
+                                            ("FLEET_WORKER_IDLE_S", "FLEET_BROWSER_HOST_IDLE_S", "30"),
+                                            ("FLEET_WORKER_MAX_SOURCES", "FLEET_BROWSER_HOST_MAX_SOURCES", "50")])
+def test_an_old_browser_host_setting_is_refused_in_one_line_naming_the_new_one(monkeypatch, tmp_path, old, new, value):
+    from fleet.config import settings
+
+    monkeypatch.setenv("FLEET_HOME", str(tmp_path))
+    settings()  # without the old name, the same environment is accepted
+    monkeypatch.setenv(old, value)
+    for read in (lambda: WorkerSettings.from_env(tmp_path), settings):
+        with pytest.raises(FleetError) as refused:
+            read()
+        assert str(refused.value) == f"{old} is now called {new}; set {new} instead"
 
 
 def test_a_fleet_home_deeper_than_a_unix_socket_path_still_gets_warm_workers(home, tmp_path, monkeypatch):

@@ -300,7 +300,7 @@ def test_a_bad_run_config_fails_its_source_before_a_worker_is_taken(home, tmp_pa
 def test_a_scraper_that_exits_fails_as_its_source_with_evidence(home, tmp_path, monkeypatch, workers, how, says):
     """sys.exit, SystemExit or KeyboardInterrupt inside scrape() used to escape asyncio and end the worker: the
     source failed as infra ("died without reporting"), was re-executed, and had no evidence."""
-    monkeypatch.setenv("FLEET_WORKERS", workers)
+    monkeypatch.setenv("FLEET_BROWSER_HOSTS", workers)
     src = scraper(tmp_path, "exits", f"""
         await page.set_content("<h1>before the exit</h1>")
         yield {{"id": 1}}
@@ -346,7 +346,7 @@ def test_a_process_a_scraper_leaves_running_is_killed_with_the_source_not_left_f
     reused with it, and nothing killed it when the worker left."""
     from fleet.scraping.procs import alive
 
-    monkeypatch.setenv("FLEET_WORKERS", workers)
+    monkeypatch.setenv("FLEET_BROWSER_HOSTS", workers)
     plain = scraper(tmp_path, "plain", 'await page.set_content("<p>x</p>")\nyield {"id": 1}')
     log = Lines()
     out, _ = run(home, plain, log=log)

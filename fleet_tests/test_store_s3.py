@@ -278,7 +278,7 @@ def test_a_demo_week_with_its_artifacts_in_s3(fleet_env, bucket, s3_endpoint):
     import s3fs
 
     env = {**fleet_env.env, **CREDENTIALS, "AWS_ENDPOINT_URL": s3_endpoint, "FLEET_ARTIFACTS": f"s3://{bucket}/fleet",
-           "FLEET_WORKER_IDLE_S": "3"}
+           "FLEET_BROWSER_HOST_IDLE_S": "3"}
     before = log(fleet_env.remote)
     res = run_fleet(env, "demo", "--week", "2026-W47", "--force")
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]

@@ -93,7 +93,7 @@ def from_settings(s: Settings) -> dict:
                                     clone_dir=str(s.clone_dir)),
         "artifacts": ArtifactStore(root=s.store_url, cache_dir=str(s.artifact_cache)),
         "browser": Browser(chromium=os.environ.get("FLEET_CHROMIUM", "").strip(), workers=s.workers,
-                           worker_idle_s=config.worker_idle_s(), worker_max_sources=config.worker_max_sources(),
+                           worker_idle_s=config.browser_host_idle_s(), worker_max_sources=config.browser_host_max_sources(),
                            startup_s=config.browser_startup_s(), home=str(s.home)),
         "alerts": Alerts(home=str(s.home), webhook=os.environ.get("FLEET_ALERT_WEBHOOK", "").strip() or None),
     }

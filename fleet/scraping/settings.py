@@ -42,13 +42,13 @@ class WorkerSettings:
 
     @classmethod
     def from_env(cls, home: Path | None = None) -> "WorkerSettings":
-        """From the ``FLEET_*`` variables (FLEET_CHROMIUM, FLEET_WORKERS, FLEET_WORKER_IDLE_S,
-        FLEET_WORKER_MAX_SOURCES, FLEET_BROWSER_STARTUP_S) and ``home`` (default: FLEET_HOME)."""
+        """From the ``FLEET_*`` variables (FLEET_CHROMIUM, FLEET_BROWSER_HOSTS, FLEET_BROWSER_HOST_IDLE_S,
+        FLEET_BROWSER_HOST_MAX_SOURCES, FLEET_BROWSER_STARTUP_S) and ``home`` (default: FLEET_HOME)."""
         from fleet import config
 
         if home is None:
             home = config.settings().home
         return cls(chromium=config.chromium_path(), workers_dir=home / "workers",
-                   workers=config.env_choice("FLEET_WORKERS", "warm", WORKER_MODES),
-                   idle_s=config.worker_idle_s(), max_sources=config.worker_max_sources(),
+                   workers=config.browser_hosts(),
+                   idle_s=config.browser_host_idle_s(), max_sources=config.browser_host_max_sources(),
                    startup_s=config.browser_startup_s(), node_cache=home / "cache" / "node")
