@@ -271,3 +271,31 @@ def scraper_dirs() -> list[Path]:
     if env_flag("FLEET_DEMO_FAULTS"):
         dirs.append(PROJECT_ROOT / "scrapers" / "faults")
     return dirs
+
+
+# The scrape engine's (fleet/scraping): what its processes read of their environment, and what they pass on.
+def process_env() -> dict[str, str]:
+    """This process's environment, for a process it starts (an attempt process, a browser host, a probe of the
+    sandbox's user): the one place it is handed on whole."""
+    return dict(os.environ)
+
+
+def sandbox_user() -> str:
+    """FLEET_SANDBOX_USER: the user attempt processes run as when fleet runs as root ("off": none)."""
+    return os.environ.get("FLEET_SANDBOX_USER", "").strip() or "nobody"
+
+
+def chromium_sandbox() -> bool:
+    """FLEET_CHROMIUM_SANDBOX=1, set by fleet/scraping/sandbox.py in the environment of the attempt processes and
+    browser hosts it starts (never by hand): launch Chromium with its own sandbox."""
+    return os.environ.get("FLEET_CHROMIUM_SANDBOX") == "1"
+
+
+def demo_url() -> str | None:
+    """FLEET_DEMO_URL: where the demo sites run (set by `fleet demo`, `fleet ui`, or by hand), or None."""
+    return os.environ.get("FLEET_DEMO_URL", "").strip() or None
+
+
+def own_scrapers() -> bool:
+    """Whether FLEET_SCRAPERS_DIR is set (else fleet's bundled demo scrapers run)."""
+    return bool(os.environ.get("FLEET_SCRAPERS_DIR", "").strip())

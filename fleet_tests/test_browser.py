@@ -111,7 +111,7 @@ def test_a_browser_killer_costs_the_other_sources_in_flight_nothing(scrape_home,
         assert store.read_parquet(WEEK, rows_key(outcomes[name].to_json())).height == 8
     started = dict(re.findall(r"\[(\w+)\] worker (\d+) started", str(log)))
     assert len(set(started.values())) == 4, started  # a worker each
-    assert "(a worker of its own;" in next(line for line in log.lines if "[own] worker" in line)
+    assert "(an attempt process of its own;" in next(line for line in log.lines if "[own] attempt in process" in line)
     [(worker_pid, chromium_pid)] = [tuple(map(int, line.split()))
                                     for line in (counters / "killed_chromium").read_text().splitlines()]
     assert worker_pid == int(started["kills_browser"])

@@ -92,15 +92,15 @@ def test_a_worker_is_reused_only_after_a_clean_finish(home, tmp_path):
     out, rows = _run(home, "leaky", log)
     leaky = rows[0]["pid"]
     assert out.status == "ok" and leaky != first
-    assert "left task left-running running; this worker will not be reused" in str(log)
+    assert "left task left-running running; this browser host will not be reused" in str(log)
     _wait_dead(leaky)
     # own_process: a worker of its own, never a warm one
     out, rows = _run(home, "loner", log)
-    assert out.status == "ok" and "[loner] worker" in str(log) and "(a worker of its own;" in str(log)
+    assert out.status == "ok" and "[loner] attempt in process" in str(log) and "(an attempt process of its own;" in str(log)
     _wait_dead(rows[0]["pid"])
     out, rows = _run(home, "probe", log)
     assert out.status == "ok" and rows[0]["pid"] not in (first, leaky)
-    assert "(a new warm worker;" in str(log)
+    assert "(a new browser host;" in str(log)
     files = _files(home)  # only the idle worker's: the killed and retired ones were cleared away
     assert len({f.split(".")[0] for f in files}) == 1, files
     assert sorted(f.split(".")[1] for f in files) == ["lock", "log", "pid", "sock"]
@@ -125,9 +125,9 @@ def test_a_reused_worker_still_finds_the_processes_its_source_left_behind(home):
     assert out.status == "ok" and rows[0]["pid"] == first  # the same, reused worker
     child, detached = rows[0]["child"], rows[0]["detached"]
     assert (f"left process {child} (sleep 3600, now killed), process {detached} (sleep 3601, now killed) running; "
-            f"this worker will not be reused") in str(log) or (
+            f"this browser host will not be reused") in str(log) or (
             f"left process {detached} (sleep 3601, now killed), process {child} (sleep 3600, now killed) running; "
-            f"this worker will not be reused") in str(log), str(log)
+            f"this browser host will not be reused") in str(log), str(log)
     _wait_dead(child)
     _wait_dead(detached)
     _wait_dead(first)

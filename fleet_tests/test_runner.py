@@ -199,7 +199,7 @@ def test_a_scraper_killed_at_its_limit_leaves_its_url_and_stack_and_no_stale_evi
         assert (evidence / "screenshot.png").exists() and "first attempt" in (evidence / "page.html").read_text()
         second, _ = run(home, src)
     assert (second.status, second.category) == ("timeout", "source"), second
-    assert "its worker and browser were killed" in second.error
+    assert "its attempt process and browser were killed" in second.error
     assert sorted(p.name for p in evidence.iterdir()) == ["error.txt", "stack.txt"]
     error = (evidence / "error.txt").read_text()
     assert f"last URL: {url}/books" in error, error
@@ -308,7 +308,7 @@ def test_a_scraper_that_exits_fails_as_its_source_with_evidence(home, tmp_path, 
     """)
     out, store = run(home, src)
     assert out.category == "source" and out.status in ("failed", "partial"), out
-    assert says in out.error and "must not exit its worker" in out.error, out.error
+    assert says in out.error and "must not exit its attempt process" in out.error, out.error
     evidence = store.path(WEEK, keys.evidence_key("exits"))
     assert (evidence / "error.txt").exists() and out.evidence.get("screenshot"), out.evidence
     assert "before the exit" in (evidence / "page.html").read_text()

@@ -9,6 +9,7 @@ import tempfile
 import uuid
 from pathlib import Path
 
+from fleet import config
 from fleet.errors import FleetError
 from fleet.lifecycle import fixtures
 from fleet.scraping.attempt import Trial
@@ -106,7 +107,7 @@ def record(source: Source, week: str | None = None) -> tuple[dict | None, dict]:
                              f"{fixtures.har_path(source)} is unchanged")
         fixtures.scrub(raw, fixtures.har_path(source))
     new = fixtures.expectation(got)
-    fixtures.write_meta(source, week, os.environ.get("FLEET_DEMO_URL") or None, new)
+    fixtures.write_meta(source, week, config.demo_url(), new)
     return old, new
 
 
@@ -114,7 +115,7 @@ def record(source: Source, week: str | None = None) -> tuple[dict | None, dict]:
 def demo_sites_if_bundled():
     """The bundled demo scrapers find their sites through FLEET_DEMO_URL: start them when fleet's own scrapers
     are used (no FLEET_SCRAPERS_DIR) and nobody runs them yet, as `fleet demo` and `fleet ui` do."""
-    if os.environ.get("FLEET_SCRAPERS_DIR", "").strip() or os.environ.get("FLEET_DEMO_URL", "").strip():
+    if config.own_scrapers() or config.demo_url():
         yield None
         return
     from fleet.demo.sites import DemoSites

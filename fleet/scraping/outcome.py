@@ -85,17 +85,17 @@ def classify(source: Source, attempt: Attempt, seen: Supervised, *, timeout: flo
                  if phase and phase[0].startswith(IMPORTING) else "timed out")
         return {**(result or {}), "status": "timeout", "category": "source",
                 "error": f"source {source.name}: {doing} after {seen.seconds:.1f}s (limit {timeout:g}s); "
-                         f"its worker and browser were killed"}
+                         f"its attempt process and browser were killed"}
     if result and result.get("status") == "timeout":  # the worker stopped the scraper itself, before the limit
         return {**result, "category": "source",
                 "error": f"source {source.name}: timed out at fleet's soft deadline after {seen.seconds:.1f}s "
-                         f"(limit {timeout:g}s, less a grace to save evidence); its worker stopped it"}
+                         f"(limit {timeout:g}s, less a grace to save evidence); its attempt process stopped it"}
     if seen.startup_failed:
         return {"status": "failed", "category": "infra",
                 "error": f"source {source.name}: the browser did not start within {startup_s:g}s"}
     if result is None:
         return {"status": "failed", "category": "infra",
-                "error": f"source {source.name}: the scrape worker died without reporting ({seen.exit_reason})"}
+                "error": f"source {source.name}: the attempt process died without reporting ({seen.exit_reason})"}
     return result
 
 
@@ -115,7 +115,7 @@ def finish(source: Source, week: str, store: ArtifactStore, run_id: str, attempt
         text = out.error + f"\nlast URL: {out.url or 'unknown (no ctx.goto in this attempt)'}"
         dump = stack.read_text(errors="replace").strip() if stack.exists() else ""
         if dump:
-            text += f"\n\nPython stacks of the worker at its limit (faulthandler):\n{dump}\n"
+            text += f"\n\nPython stacks of the attempt process at its limit (faulthandler):\n{dump}\n"
             (evidence_dir / "stack.txt").write_text(dump + "\n")
             out.evidence = {**out.evidence, "stack": str(evidence_dir / "stack.txt")}
         (evidence_dir / "error.txt").write_text(text)

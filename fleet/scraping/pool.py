@@ -30,6 +30,7 @@ import time
 import uuid
 from pathlib import Path
 
+from fleet import config
 from fleet.errors import FleetError
 from fleet.scraping import workerdir
 from fleet.scraping import sandbox
@@ -37,8 +38,8 @@ from fleet.scraping.procs import alive, kill_tree, sweep_tmp, tmp_base, unix_add
 from fleet.scraping.sandbox import Sandbox
 from fleet.scraping.settings import WorkerSettings
 
-GREETING = "fleet-worker"
-DONE = "\x1efleet-worker-done"
+GREETING = "fleet-browser-host"
+DONE = "\x1efleet-browser-host-done"
 CONNECT_TIMEOUT_S = 10.0
 
 # The workers this process started, by pid: a step that runs several sources (Dagster's step reuse) can then say
@@ -108,7 +109,7 @@ class Lease:
 
     def wait(self, timeout: float | None = None) -> int:
         if not self._ended.wait(timeout):
-            raise subprocess.TimeoutExpired(f"worker {self.pid}", timeout)
+            raise subprocess.TimeoutExpired(f"browser host {self.pid}", timeout)
         return self.poll()
 
     def exit_reason(self) -> str:
@@ -143,7 +144,7 @@ def _connect(directory: Path, wid: str, pid: int, lock_fd: int, new: bool) -> Le
         reader = conn.makefile("r", encoding="utf-8", errors="replace")
         word, said_pid, served = reader.readline().split()
         if word != GREETING or int(said_pid) != pid:
-            raise ValueError(f"unexpected greeting from worker {wid}")
+            raise ValueError(f"unexpected greeting from browser host {wid}")
         conn.settimeout(None)
     except BaseException:
         conn.close()
@@ -203,7 +204,7 @@ def _start(settings: WorkerSettings, box: Sandbox) -> Lease:
                 sys.executable, "-m", "fleet.scraping.server", str(directory), wid, settings.chromium,
                 repr(float(settings.idle_s)), str(settings.max_sources), str(settings.node_cache or "")]),
                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, close_fds=True,
-                env=sandbox.worker_env(dict(os.environ), box, home))
+                env=sandbox.worker_env(config.process_env(), box, home))
         _children[popen.pid] = popen
         files["pid"].write_text(str(popen.pid))
         sandbox.hand_over_files(box, files["pid"])
@@ -212,7 +213,7 @@ def _start(settings: WorkerSettings, box: Sandbox) -> Lease:
         while not files["sock"].exists():
             if popen.poll() is not None:
                 tail = files["log"].read_text(errors="replace")[-2000:]
-                raise WorkerStartError(f"the scrape worker exited with code {popen.returncode} before its browser "
+                raise WorkerStartError(f"the browser host exited with code {popen.returncode} before its browser "
                                        f"was up:\n{tail}")
             if time.monotonic() > deadline:
                 raise WorkerStartError(f"the browser did not start within {settings.startup_s:g}s")
@@ -228,7 +229,7 @@ def _start(settings: WorkerSettings, box: Sandbox) -> Lease:
         tmp_lock.unlink(missing_ok=True)
         os.close(fd)
         if isinstance(exc, (OSError, ValueError)):
-            raise WorkerStartError(f"the new scrape worker did not answer: {exc}") from exc
+            raise WorkerStartError(f"the new browser host did not answer: {exc}") from exc
         raise
 
 

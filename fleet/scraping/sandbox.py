@@ -12,6 +12,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
+from fleet import config
 from fleet.scraping.procs import tmp_base
 
 SETTING = "FLEET_SANDBOX_USER"
@@ -64,7 +65,7 @@ def _reachable(user: dict, paths: list[Path]) -> list[str]:
 
     try:
         out = subprocess.run([*_as(user), sys.executable, "-c", _REACH, *map(str, paths)], capture_output=True,
-                             text=True, timeout=30, env={**os.environ, "HOME": "/"})
+                             text=True, timeout=30, env={**config.process_env(), "HOME": "/"})
     except (OSError, subprocess.SubprocessError) as exc:
         return [f"its Python ({exc})"]
     if out.returncode != 0:
@@ -74,7 +75,7 @@ def _reachable(user: dict, paths: list[Path]) -> list[str]:
 
 def current(home: Path, scraper_dirs: list[Path]) -> Sandbox:
     """How this host's workers run, decided once per process."""
-    name = os.environ.get(SETTING, "").strip() or "nobody"
+    name = config.sandbox_user()
     cache_key = (name, str(home), tuple(map(str, scraper_dirs)))
     if cache_key in _current:
         return _current[cache_key]
@@ -91,7 +92,7 @@ def current(home: Path, scraper_dirs: list[Path]) -> Sandbox:
         user = {"user": entry.pw_uid, "group": entry.pw_gid, "extra_groups": []} if entry else {}
         blocked = _reachable(user, [home, *scraper_dirs]) if entry else []
         if entry is None:
-            box = Sandbox(off=f"there is no user {name!r} ({SETTING}) to run scrape workers as")
+            box = Sandbox(off=f"there is no user {name!r} ({SETTING}) to run attempt processes as")
         elif not _userns_ok(user):
             box = Sandbox(off=f"the kernel allows user {name} no user namespaces, which Chromium's sandbox needs")
         elif blocked:
@@ -106,7 +107,7 @@ def describe(box: Sandbox) -> str | None:
     """The one line fleet says at start when the sandbox is off, else None."""
     if box.off is None:
         return None
-    return f"fleet: the browser sandbox is off ({box.off}); scrape workers and Chromium run as " \
+    return f"fleet: the browser sandbox is off ({box.off}); attempt processes and Chromium run as " \
            f"{'root with --no-sandbox' if os.geteuid() == 0 else 'this user with --no-sandbox'}"
 
 

@@ -141,7 +141,7 @@ async def _serve_one(conn: socket.socket, browser: worker.OwnBrowser, served: in
         stays = (result.get("status") in ("ok", "empty") and browser.is_connected() and not left
                  and served + 1 < cap)
         if left:
-            print(f"warm worker {os.getpid()}: the scraper left {', '.join(left)} running; this worker will not "
+            print(f"browser host {os.getpid()}: the scraper left {', '.join(left)} running; this browser host will not "
                   f"be reused", file=out)
         out.write(f"\n{DONE} {'reuse' if stays else 'retire'}\n")
         out.flush()

@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
+from fleet import config
 from fleet.scraping import pool, sandbox
 from fleet.scraping.attempt import Attempt
 from fleet.scraping.procs import group_members, kill_pids, kill_tree, sweep_tmp
@@ -45,19 +46,19 @@ def start(attempt: Attempt, settings: WorkerSettings, warm: bool):
     # and the folder a HAR is recorded into
     har = attempt.spec.get("record_har")
     sandbox.hand_over(box, attempt.work, Path(attempt.spec["evidence_dir"]), *([Path(har).parent] if har else []))
-    env = sandbox.worker_env(dict(os.environ), box, home)
+    env = sandbox.worker_env(config.process_env(), box, home)
     if not warm:
         proc = subprocess.Popen(sandbox.command(box, [sys.executable, "-m", "fleet.scraping.worker", str(spec_path)]),
                                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                                 text=True, errors="replace", start_new_session=True, env=env)
-        return proc, "a worker of its own"
+        return proc, "an attempt process of its own"
     proc = pool.lease(settings, box)
     try:
         proc.start(spec_path, env, os.getcwd())  # a warm worker takes on this step's world
     except OSError as exc:
         proc.release()
-        raise pool.WorkerStartError(f"warm worker {proc.pid} went away before it took the source ({exc})") from exc
-    return proc, "a new warm worker" if proc.new else f"warm, its source no. {proc.served + 1}"
+        raise pool.WorkerStartError(f"browser host {proc.pid} went away before it took the source ({exc})") from exc
+    return proc, "a new browser host" if proc.new else f"a browser host's source no. {proc.served + 1}"
 
 
 def supervise(proc, attempt: Attempt, *, how: str, timeout: float, startup_s: float,
@@ -67,7 +68,7 @@ def supervise(proc, attempt: Attempt, *, how: str, timeout: float, startup_s: fl
     started = time.monotonic()
     out = Supervised()
     try:
-        log_line(f"{prefix} worker {proc.pid} started ({how}; limit {timeout:g}s)")
+        log_line(f"{prefix} attempt in process {proc.pid} ({how}; limit {timeout:g}s)")
         pump_thread = threading.Thread(target=_pump, args=(proc, attempt.output_path, log_line, prefix), daemon=True)
         pump_thread.start()
         ready_at = None
@@ -103,7 +104,7 @@ def supervise(proc, attempt: Attempt, *, how: str, timeout: float, startup_s: fl
             if left:
                 kill_pids(left)
                 log_line(f"{prefix} the scraper left process(es) {', '.join(map(str, left))} running after its "
-                         f"worker ended; killed")
+                         f"attempt process ended; killed")
             sweep_tmp(Path(attempt.spec["tmp_root"]), killed=(proc.pid,))
         pump_thread.join(timeout=2)
     finally:  # whatever went wrong on the way, the step gives back what it took

@@ -29,12 +29,11 @@ from playwright.async_api import Error as PlaywrightError
 from playwright.async_api import TimeoutError as PlaywrightTimeoutError
 from playwright.async_api import async_playwright
 
-from fleet.config import CHROMIUM_ARGS
+from fleet.config import CHROMIUM_ARGS, chromium_sandbox
 from fleet.errors import BlockedError, NavigationError
 from fleet.scraping.contract import ScrapeContext
 from fleet.scraping.discovery import Source, load_module
 from fleet.scraping.politeness import Politeness
-from fleet.scraping.sandbox import FLAG as SANDBOX_FLAG
 from fleet.scraping.evidence import capture, dump_stacks_on_request, stop_dumping_stacks
 from fleet.scraping.procs import private_tmp
 from fleet.scraping.retry import RetryPolicy
@@ -104,7 +103,7 @@ async def open_browser(chromium: str, node_cache: str | None = None):
         async with async_playwright() as pw:
             # Chromium's own sandbox when fleet/scraping/sandbox.py found it possible (never as root)
             browser = await pw.chromium.launch(executable_path=str(recorder), headless=True, args=list(CHROMIUM_ARGS),
-                                               chromium_sandbox=os.environ.get(SANDBOX_FLAG) == "1")
+                                               chromium_sandbox=chromium_sandbox())
             try:
                 yield OwnBrowser(browser, folder / "exit-status")
             finally:
@@ -216,7 +215,7 @@ async def scrape(own: OwnBrowser, spec: dict) -> dict:
                     # asyncio, it would end the worker itself, and the source fail as infra, retried, without evidence.
                     raise ScraperExit(f"source {source.name}: its scraper raised {type(exc).__name__}"
                                       f"{f'({exc})' if str(exc) else ''}; a scraper returns, or raises an exception, "
-                                      f"but must not exit its worker") from None
+                                      f"but must not exit its attempt process") from None
 
         try:
             await _until_gone(consume(), gone, timeout=max(0.1, ctx.deadline - grace - time.monotonic()))
