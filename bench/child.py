@@ -101,10 +101,10 @@ def runner_only(directory: str, week: str, cap: str) -> None:
     from pathlib import Path
 
     from fleet.config import settings
-    from fleet.scraping import pool
+    from fleet.engine import pool
     from fleet.scraping.discovery import discover
-    from fleet.scraping.runner import run_source
-    from fleet.scraping.settings import WorkerSettings
+    from fleet.engine.runner import run_source
+    from fleet.engine.settings import WorkerSettings
     from fleet.storage.open import open_store
     s = settings()
     sources = discover([Path(directory)])
@@ -126,10 +126,10 @@ def deep_phase(root: str, deep: str) -> None:
     from pathlib import Path
 
     from fleet.config import PROJECT_ROOT
-    from fleet.scraping import pool
+    from fleet.engine import pool
     from fleet.scraping.discovery import discover
-    from fleet.scraping.runner import run_source
-    from fleet.scraping.settings import WorkerSettings
+    from fleet.engine.runner import run_source
+    from fleet.engine.settings import WorkerSettings
     from fleet.storage.store import LocalArtifactStore
     os.environ["FLEET_HOME"] = root
     shops = next(s for s in discover([PROJECT_ROOT / "scrapers"]) if s.name == "shops")

@@ -115,7 +115,7 @@ def _worker(env: dict, home: Path, name: str) -> subprocess.Popen:
 
 
 def _stop(proc: subprocess.Popen, home: Path) -> None:
-    from fleet.scraping import pool
+    from fleet.engine import pool
 
     if proc.poll() is None:
         os.killpg(proc.pid, signal.SIGTERM)

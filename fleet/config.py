@@ -286,7 +286,7 @@ def sandbox_user() -> str:
 
 
 def chromium_sandbox() -> bool:
-    """FLEET_CHROMIUM_SANDBOX=1, set by fleet/scraping/sandbox.py in the environment of the attempt processes and
+    """FLEET_CHROMIUM_SANDBOX=1, set by fleet/engine/sandbox.py in the environment of the attempt processes and
     browser hosts it starts (never by hand): launch Chromium with its own sandbox."""
     return os.environ.get("FLEET_CHROMIUM_SANDBOX") == "1"
 

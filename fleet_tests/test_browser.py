@@ -10,10 +10,10 @@ from pathlib import Path
 import polars as pl
 
 from fleet.config import CHROMIUM_ARGS, chromium_path
-from fleet.scraping import pool, worker
+from fleet.engine import attempt, pool
 from fleet.scraping.discovery import discover
-from fleet.scraping.procs import alive, descendants, stat_fields
-from fleet.scraping.runner import WorkerSettings, run_source
+from fleet.engine.procs import alive, descendants, stat_fields
+from fleet.engine.runner import WorkerSettings, run_source
 from fleet.storage.store import LocalArtifactStore, rows_key
 from fleet_tests.conftest import ROOT, WEEK, Lines
 
@@ -54,7 +54,7 @@ def test_a_worker_launches_its_own_chromium_with_fleets_switches_and_knows_how_i
 
     async def closed_by_close():
         others = now()
-        async with worker.open_browser(chromium_path()) as own:
+        async with attempt.open_browser(chromium_path()) as own:
             pid, argv = this_browser(others)
             real = os.path.realpath(f"/proc/{pid}/exe")
             assert "chromium" in os.path.basename(real), real
@@ -67,7 +67,7 @@ def test_a_worker_launches_its_own_chromium_with_fleets_switches_and_knows_how_i
 
     async def closed_by_kill():
         others = now()
-        async with worker.open_browser(chromium_path()) as own:
+        async with attempt.open_browser(chromium_path()) as own:
             pid, _ = this_browser(others)
             os.kill(pid, 9)
             for _ in range(100):

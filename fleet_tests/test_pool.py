@@ -1,4 +1,4 @@
-"""Warm workers (fleet/scraping/pool.py, server.py), through real Chromium: reused only after a clean finish, each
+"""Browser hosts (fleet/engine/pool.py, host.py), through real Chromium: reused only after a clean finish, each
 source in a fresh context with its step's environment and a fresh import of its module, and never outliving its
 step."""
 import os
@@ -14,10 +14,10 @@ import pytest
 
 from fleet.config import browser_host_idle_s
 from fleet.errors import FleetError
-from fleet.scraping import pool
+from fleet.engine import pool
 from fleet.scraping.discovery import discover
-from fleet.scraping.procs import alive, descendants
-from fleet.scraping.runner import WorkerSettings, run_source
+from fleet.engine.procs import alive, descendants
+from fleet.engine.runner import WorkerSettings, run_source
 from fleet.storage.store import LocalArtifactStore, rows_key
 from fleet_tests.conftest import ROOT, WEEK, Lines
 
@@ -136,8 +136,8 @@ def test_a_reused_worker_still_finds_the_processes_its_source_left_behind(home):
 def test_a_warm_worker_dies_with_its_step(home, tmp_path):
     """The step process is SIGKILLed mid-source: the worker, its driver and its Chromium go too, at once."""
     code = ("from pathlib import Path; from fleet.scraping.discovery import discover;"
-            "from fleet.scraping.runner import run_source; from fleet.storage.store import LocalArtifactStore;"
-            "from fleet.scraping.settings import WorkerSettings;"
+            "from fleet.engine.runner import run_source; from fleet.storage.store import LocalArtifactStore;"
+            "from fleet.engine.settings import WorkerSettings;"
             f"s = {{x.name: x for x in discover([Path({str(SCRAPERS)!r})])}}['lingers'];"
             f"run_source(s, {WEEK!r}, store=LocalArtifactStore({str(home / 'artifacts')!r}), run_id='t',"
             f" settings=WorkerSettings.from_env(Path({str(home)!r})))")
@@ -165,13 +165,13 @@ def test_a_private_tmp_lives_as_long_as_its_process(tmp_path, monkeypatch, reque
     import shutil
     import tempfile
 
-    from fleet.scraping import procs
-    from fleet.scraping.procs import private_tmp, sweep_tmp
+    from fleet.engine import procs
+    from fleet.engine.procs import private_tmp, sweep_tmp
 
     short = Path(tempfile.mkdtemp(prefix="fleet-test-"))  # tmp_path is too deep for a TMPDIR Chromium accepts
     request.addfinalizer(lambda: shutil.rmtree(short, ignore_errors=True))
     base = short / "tmp"
-    code = ("import sys, tempfile, time; from pathlib import Path; from fleet.scraping.procs import private_tmp;"
+    code = ("import sys, tempfile, time; from pathlib import Path; from fleet.engine.procs import private_tmp;"
             "own = private_tmp(Path(sys.argv[1])); print(own, tempfile.mkdtemp(), flush=True); time.sleep(600)")
     child = subprocess.Popen([sys.executable, "-c", code, str(base)], stdout=subprocess.PIPE, text=True,
                              env={**os.environ, "PYTHONPATH": str(ROOT)})
@@ -279,8 +279,8 @@ def test_a_fleet_home_deeper_than_a_unix_socket_path_still_gets_warm_workers(hom
     """The workers' sockets live under FLEET_HOME, and a socket's address holds at most 107 bytes. A home of more
     than ~73 bytes used to make every worker fail to bind (``AF_UNIX path too long``), so every source failed as
     infra and was re-executed, with the cause deep in a traceback."""
-    from fleet.scraping import workerdir
-    from fleet.scraping.procs import SOCKET_PATH_MAX
+    from fleet.engine import hostdir
+    from fleet.engine.procs import SOCKET_PATH_MAX
 
     deep = tmp_path / ("d" * 60) / ("e" * 60) / "home"
     deep.mkdir(parents=True)
@@ -290,7 +290,7 @@ def test_a_fleet_home_deeper_than_a_unix_socket_path_still_gets_warm_workers(hom
     try:
         out, rows = _run(deep, "probe")
         assert out.status == "ok", out.error
-        assert [p.name for p in root.glob("*.sock")] == [f"{w}.sock" for w in workerdir.worker_ids(root)]
+        assert [p.name for p in root.glob("*.sock")] == [f"{w}.sock" for w in hostdir.worker_ids(root)]
         out, again = _run(deep, "probe")  # the idle worker is found by its socket and takes the next source
         assert out.status == "ok", out.error
         assert again[0]["pid"] == rows[0]["pid"]

@@ -114,7 +114,7 @@ class Host:
             self.worker.wait()
 
     def stop(self) -> None:
-        from fleet.scraping import pool
+        from fleet.engine import pool
 
         if self.worker is not None and self.worker.poll() is None:
             os.killpg(self.worker.pid, signal.SIGTERM)

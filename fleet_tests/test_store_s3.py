@@ -14,7 +14,7 @@ import polars as pl
 import pytest
 
 from fleet.errors import FleetError
-from fleet.scraping import outcome
+from fleet.engine import outcome
 from fleet.storage import store as keys
 from fleet.storage.frames import encode_row
 from fleet.storage.store import LocalArtifactStore
@@ -247,7 +247,7 @@ def test_a_failures_evidence_is_stored_and_linked_for_the_ui(s3_store, scrape_ho
     attempt's own keys, and the raw asset's metadata links them by presigned URLs another machine's browser can
     open: the screenshot as a PNG, the page's HTML as text/plain (never rendered as a page)."""
     from fleet.defs.evidence import evidence_metadata
-    from fleet.scraping.runner import WorkerSettings, run_source
+    from fleet.engine.runner import WorkerSettings, run_source
 
     source = scraper(tmp_path, "breaks", """
         await page.set_content("<h1>the page as it broke</h1><script>document.title='x'</script>")

@@ -8,7 +8,7 @@ import polars as pl
 
 from fleet.demo import crawl
 from fleet.scraping.discovery import discover
-from fleet.scraping.runner import WorkerSettings, run_source
+from fleet.engine.runner import WorkerSettings, run_source
 from fleet.storage import provenance
 from fleet.storage import store as keys
 from fleet.storage.store import LocalArtifactStore

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from fleet.scraping import pool
+from fleet.engine import pool
 from fleet.scraping.discovery import discover
-from fleet.scraping.runner import WorkerSettings, run_source
+from fleet.engine.runner import WorkerSettings, run_source
 from fleet.storage import store as keys
 from fleet.storage.store import LocalArtifactStore
 from fleet_tests.conftest import ROOT, WEEK, run_fleet

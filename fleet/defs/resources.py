@@ -12,7 +12,7 @@ from dagster import ConfigurableResource, EnvVar
 
 from fleet import config
 from fleet.config import Settings
-from fleet.scraping.settings import WorkerSettings
+from fleet.engine.settings import WorkerSettings
 from fleet.storage.open import open_store
 
 TOKEN_VAR = "FLEET_GIT_TOKEN"

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from fleet.lifecycle import quarantine
 from fleet.lifecycle.replay import Checked, attempt
-from fleet.scraping.attempt import Trial
+from fleet.engine.spec import Trial
 from fleet.scraping.discovery import Source
 from fleet.storage.store import ArtifactStore
 from fleet.weeks import last_complete_week, parse_week

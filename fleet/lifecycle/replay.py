@@ -12,7 +12,7 @@ from pathlib import Path
 from fleet import config
 from fleet.errors import FleetError
 from fleet.lifecycle import fixtures
-from fleet.scraping.attempt import Trial
+from fleet.engine.spec import Trial
 from fleet.scraping.discovery import Source, discover
 from fleet.storage import provenance
 from fleet.storage import store as keys
@@ -30,11 +30,11 @@ class Checked:
 
 
 def attempt(source: Source, week: str, scratch: Path, trial: Trial = Trial()) -> dict:
-    """One attempt of ``source`` through the weekly run's engine (fleet/scraping/runner.py), in a browser process
+    """One attempt of ``source`` through the weekly run's engine (fleet/engine/runner.py), in a browser process
     of its own, with its rows and evidence in a scratch store in ``scratch`` (the caller's temporary folder, which
     holds them until it is removed): the outcome's fields, with ``fill`` (per column of the scraper's schema, the
     share of rows with a value) and ``evidence_dir``. ``error`` is the outcome's without the source's name."""
-    from fleet.scraping.runner import WorkerSettings, run_source
+    from fleet.engine.runner import WorkerSettings, run_source
 
     scratch.chmod(0o711)  # the sandbox's user reaches its attempt's folders in it
     store = LocalArtifactStore(scratch / "store")

@@ -11,7 +11,7 @@ from urllib.parse import urlsplit
 from fleet.errors import FleetError
 from fleet.lifecycle import fixtures
 from fleet.lifecycle.replay import attempt
-from fleet.scraping.attempt import Trial
+from fleet.engine.spec import Trial
 from fleet.scraping.contract import NAME_MAX, valid_name
 from fleet.scraping.discovery import discover
 from fleet.weeks import last_complete_week

@@ -20,7 +20,7 @@ from fleet.weeks import last_complete_week
 FLEET_DIR = Path(fleet.__file__).resolve().parent
 # fleet's own code a scrape runs through, and its public API (fleet/__init__.py, whose names are imported lazily,
 # so no import of theirs can be followed: site_url lives in fleet/demo): a change to it can break any source
-SCRAPING_CODE = [FLEET_DIR / "scraping", FLEET_DIR / "__init__.py", FLEET_DIR / "errors.py", FLEET_DIR / "config.py",
+SCRAPING_CODE = [FLEET_DIR / "scraping", FLEET_DIR / "engine", FLEET_DIR / "__init__.py", FLEET_DIR / "errors.py", FLEET_DIR / "config.py",
                  FLEET_DIR / "storage" / "frames.py", FLEET_DIR / "weeks.py", FLEET_DIR / "demo"]
 # the versions fleet and the scrapers run with
 PIN_FILES = ("pyproject.toml", "setup.cfg", "setup.py", "poetry.lock", "uv.lock", "Pipfile.lock")

@@ -1,17 +1,17 @@
 """Leasing warm scrape workers: a step takes an idle worker (or starts one) for one source, and gives it back.
 
-A warm worker (fleet/scraping/server.py) keeps Playwright's driver and its own Chromium between sources, so a
+A warm worker (fleet/engine/host.py) keeps Playwright's driver and its own Chromium between sources, so a
 source does not pay their start-up (~3 CPU-s on the 2-core machine of BENCHMARKS.md). Each source still gets a
 fresh browser context, a fresh import of its module and its step's environment, and the same hard limit: at its
 timeout the step kills the worker with its driver and browser. A worker is reused only after a clean finish; it
 leaves after ``WorkerSettings.max_sources`` sources or ``idle_s`` seconds with nothing to do.
 
-A new worker is a new interpreter, ``python -m fleet.scraping.server``, in a session of its own. Its files are
-described in fleet/scraping/workerdir.py; its temporary files (its browser's profile among them) are in a folder
+A new worker is a new interpreter, ``python -m fleet.engine.host``, in a session of its own. Its files are
+described in fleet/engine/hostdir.py; its temporary files (its browser's profile among them) are in a folder
 of its own under :func:`tmp_root`, removed by whoever kills it and by the worker as it leaves.
 
 Protocol, one connection per source: the worker greets with ``fleet-worker PID SERVED``, the step sends one
-JSON line: the path of the attempt's spec (fleet/scraping/attempt.py), its environment and working directory.
+JSON line: the path of the attempt's spec (fleet/engine/spec.py), its environment and working directory.
 The worker streams the attempt's log lines back, then a done line that says whether it stays. The connection is
 also the lifeline: if the step dies mid-source, the worker sees it close and exits with its browser.
 """
@@ -32,11 +32,10 @@ from pathlib import Path
 
 from fleet import config
 from fleet.errors import FleetError
-from fleet.scraping import workerdir
-from fleet.scraping import sandbox
-from fleet.scraping.procs import alive, kill_tree, sweep_tmp, tmp_base, unix_address
-from fleet.scraping.sandbox import Sandbox
-from fleet.scraping.settings import WorkerSettings
+from fleet.engine import hostdir, sandbox
+from fleet.engine.procs import alive, kill_tree, sweep_tmp, tmp_base, unix_address
+from fleet.engine.sandbox import Sandbox
+from fleet.engine.settings import WorkerSettings
 
 GREETING = "fleet-browser-host"
 DONE = "\x1efleet-browser-host-done"
@@ -127,7 +126,7 @@ class Lease:
             if self.finished is None:  # killed at its limit, or died: nothing of it may live on
                 kill_tree(self.pid)
                 sweep_all_tmp(self.directory, killed=(self.pid,))  # its browser's profile
-            workerdir.remove(self.directory, self.wid)
+            hostdir.remove(self.directory, self.wid)
             if self.popen is not None:
                 with contextlib.suppress(subprocess.TimeoutExpired):
                     self.popen.wait(5)
@@ -153,10 +152,10 @@ def _connect(directory: Path, wid: str, pid: int, lock_fd: int, new: bool) -> Le
 
 
 def _try_take(directory: Path, wid: str) -> Lease | None:
-    fd = workerdir.try_lock(directory, wid)
+    fd = hostdir.try_lock(directory, wid)
     if fd is None:
         return None
-    pid = workerdir.read_pid(directory, wid)
+    pid = hostdir.read_pid(directory, wid)
     if pid is not None and alive(pid) and not (directory / f"{wid}.sock").exists():
         os.close(fd)  # still starting up for a step that gave up on it; it will idle out
         return None
@@ -165,7 +164,7 @@ def _try_take(directory: Path, wid: str) -> Lease | None:
             return _connect(directory, wid, pid, fd, False)
         except (OSError, ValueError):
             kill_tree(pid)  # alive but not answering: it is ours to clear, we hold its lock
-    workerdir.remove(directory, wid)
+    hostdir.remove(directory, wid)
     os.close(fd)
     return None
 
@@ -178,7 +177,7 @@ def lease(settings: WorkerSettings, box: Sandbox | None = None) -> Lease:
     for pid, popen in list(_children.items()):  # reap the ones that left since
         if popen.poll() is not None:
             del _children[pid]
-    for wid in workerdir.worker_ids(directory):
+    for wid in hostdir.worker_ids(directory):
         taken = _try_take(directory, wid)
         if taken is not None:
             return taken
@@ -189,7 +188,7 @@ def _start(settings: WorkerSettings, box: Sandbox) -> Lease:
     """A new worker, leased to the caller once its browser is up; as the sandbox's user when it has one."""
     directory = settings.workers_dir
     wid = uuid.uuid4().hex[:12]
-    files = workerdir.paths(directory, wid)
+    files = hostdir.paths(directory, wid)
     # The lock appears already held (renamed into place), so no other step can take a half-started worker.
     tmp_lock = directory / f".{wid}.lock"
     fd = os.open(tmp_lock, os.O_CREAT | os.O_RDWR, 0o600)
@@ -201,7 +200,7 @@ def _start(settings: WorkerSettings, box: Sandbox) -> Lease:
             # the worker removes its own files as it leaves, and locks its lock file to retire
             sandbox.hand_over_files(box, directory, tmp_lock, files["log"])
             popen = subprocess.Popen(sandbox.command(box, [
-                sys.executable, "-m", "fleet.scraping.server", str(directory), wid, settings.chromium,
+                sys.executable, "-m", "fleet.engine.host", str(directory), wid, settings.chromium,
                 repr(float(settings.idle_s)), str(settings.max_sources), str(settings.node_cache or "")]),
                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, close_fds=True,
                 env=sandbox.worker_env(config.process_env(), box, home))
@@ -225,7 +224,7 @@ def _start(settings: WorkerSettings, box: Sandbox) -> Lease:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 popen.wait(5)
                 _children.pop(popen.pid, None)
-        workerdir.remove(directory, wid)
+        hostdir.remove(directory, wid)
         tmp_lock.unlink(missing_ok=True)
         os.close(fd)
         if isinstance(exc, (OSError, ValueError)):
@@ -235,11 +234,11 @@ def _start(settings: WorkerSettings, box: Sandbox) -> Lease:
 
 def _stop_worker(workers_dir: Path, wid: str, stopped: list[int]) -> None:
     """Kill worker ``wid`` with its browser if it lives (its pid added to ``stopped``), and clear its files."""
-    pid = workerdir.read_pid(workers_dir, wid)
+    pid = hostdir.read_pid(workers_dir, wid)
     if pid is not None and alive(pid):
         kill_tree(pid)
         stopped.append(pid)
-    workerdir.remove(workers_dir, wid)
+    hostdir.remove(workers_dir, wid)
 
 
 def stop_idle(workers_dir: Path) -> int:
@@ -247,8 +246,8 @@ def stop_idle(workers_dir: Path) -> int:
     files; return how many were stopped. Workers leave by themselves after ``idle_s``; this is for a caller that
     is done with them sooner (a benchmark between its runs)."""
     stopped = []
-    for wid in workerdir.worker_ids(workers_dir):
-        fd = workerdir.try_lock(workers_dir, wid)
+    for wid in hostdir.worker_ids(workers_dir):
+        fd = hostdir.try_lock(workers_dir, wid)
         if fd is None:
             continue
         _stop_worker(workers_dir, wid, stopped)

@@ -2,19 +2,19 @@
 
 This is the isolation boundary: whatever the scraper does (raise, hang in asyncio, block in C, crash the
 browser), the caller gets an ``Outcome`` back within ``timeout_s`` plus a few seconds. The worker is a warm one
-(fleet/scraping/pool.py), or, for ``own_process`` and ``own_browser`` scrapers and ``workers="fresh"``, a new
-one for this attempt alone. Either way, at the limit it is killed with its browser (fleet/scraping/supervise.py).
+(fleet/engine/pool.py), or, for ``own_process`` and ``own_browser`` scrapers and ``workers="fresh"``, a new
+one for this attempt alone. Either way, at the limit it is killed with its browser (fleet/engine/supervise.py).
 """
 from __future__ import annotations
 
 from fleet.errors import ScraperDefinitionError
-from fleet.scraping import outcome, pool, supervise
-from fleet.scraping.attempt import Trial, new_attempt
+from fleet.engine import outcome, pool, supervise
+from fleet.engine.spec import Trial, new_attempt
 from fleet.scraping.contract import check_seconds
 from fleet.scraping.discovery import Source
-from fleet.scraping.outcome import Outcome
+from fleet.engine.outcome import Outcome
 from fleet.scraping.retry import RetryPolicy
-from fleet.scraping.settings import WorkerSettings
+from fleet.engine.settings import WorkerSettings
 from fleet.storage import store as keys
 from fleet.storage.store import ArtifactStore
 

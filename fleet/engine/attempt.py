@@ -1,12 +1,12 @@
 """A source attempt: the scraper runs in a fresh browser context of its worker's own Chromium, and the worker
 process is killed as a whole at the hard timeout.
 
-:func:`scrape` runs one attempt in the browser it is given. A warm worker (fleet/scraping/server.py) calls it for
+:func:`scrape` runs one attempt in the browser it is given. A warm worker (fleet/engine/host.py) calls it for
 one source after another with the same browser. A worker of its own (``own_process``, ``own_browser``,
-``WorkerSettings.workers == "fresh"``) is started as ``python -m fleet.scraping.worker SPEC.json`` and runs
+``WorkerSettings.workers == "fresh"``) is started as ``python -m fleet.engine.attempt SPEC.json`` and runs
 :func:`run`: it launches Playwright and a Chromium, and scrapes once.
 Rows are streamed to a spool file, so a timeout keeps what was collected, and on failure the attempt keeps a
-screenshot and the page HTML (fleet/scraping/evidence.py).
+screenshot and the page HTML (fleet/engine/evidence.py).
 """
 from __future__ import annotations
 
@@ -34,8 +34,8 @@ from fleet.errors import BlockedError, NavigationError
 from fleet.scraping.contract import ScrapeContext
 from fleet.scraping.discovery import Source, load_module
 from fleet.scraping.politeness import Politeness
-from fleet.scraping.evidence import capture, dump_stacks_on_request, stop_dumping_stacks
-from fleet.scraping.procs import private_tmp
+from fleet.engine.evidence import capture, dump_stacks_on_request, stop_dumping_stacks
+from fleet.engine.procs import private_tmp
 from fleet.scraping.retry import RetryPolicy
 from fleet.storage import provenance
 from fleet.storage.frames import add_unique, encode_row, validate_row
@@ -101,7 +101,7 @@ async def open_browser(chromium: str, node_cache: str | None = None):
                                                  exit_path=shlex.quote(str(folder / "exit-status"))))
         recorder.chmod(0o700)
         async with async_playwright() as pw:
-            # Chromium's own sandbox when fleet/scraping/sandbox.py found it possible (never as root)
+            # Chromium's own sandbox when fleet/engine/sandbox.py found it possible (never as root)
             browser = await pw.chromium.launch(executable_path=str(recorder), headless=True, args=list(CHROMIUM_ARGS),
                                                chromium_sandbox=chromium_sandbox())
             try:

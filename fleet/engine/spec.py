@@ -7,11 +7,11 @@ import os
 from pathlib import Path
 
 from fleet import config
-from fleet.scraping import sandbox
+from fleet.engine import sandbox
 from fleet.scraping.blocked import markers_from_env
 from fleet.scraping.discovery import Source
-from fleet.scraping.pool import tmp_root
-from fleet.scraping.settings import WorkerSettings
+from fleet.engine.pool import tmp_root
+from fleet.engine.settings import WorkerSettings
 from fleet.storage import store as keys
 from fleet.storage.store import ArtifactStore
 

@@ -13,7 +13,7 @@ import subprocess
 from pathlib import Path
 
 from fleet import config
-from fleet.scraping.procs import tmp_base
+from fleet.engine.procs import tmp_base
 
 SETTING = "FLEET_SANDBOX_USER"
 SECRETS = ("FLEET_GIT_TOKEN",)   # only the processes that commit may read these

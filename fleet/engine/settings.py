@@ -12,7 +12,7 @@ WORKER_MODES = ("warm", "fresh")
 
 @dataclasses.dataclass(frozen=True)
 class WorkerSettings:
-    """What :func:`fleet.scraping.runner.run_source` needs of its host, passed in rather than read from the
+    """What :func:`fleet.engine.runner.run_source` needs of its host, passed in rather than read from the
     environment, so the Dagster layer can build it from a resource and a test from its own values.
 
     chromium     the Chromium executable every worker launches (Debian's headless shell by default)

@@ -8,9 +8,9 @@ from pathlib import Path
 from typing import Any
 
 from fleet.errors import BadRowError
-from fleet.scraping.attempt import Attempt
+from fleet.engine.spec import Attempt
 from fleet.scraping.discovery import Source
-from fleet.scraping.supervise import Supervised
+from fleet.engine.supervise import Supervised
 from fleet.storage import provenance
 from fleet.storage import store as keys
 from fleet.storage.frames import build_frame, read_spool
@@ -77,7 +77,7 @@ def classify(source: Source, attempt: Attempt, seen: Supervised, *, timeout: flo
     (killed at the limit: source; no browser in time, or died: infra)."""
     result = attempt.result()
     if seen.timed_out:
-        from fleet.scraping.worker import IMPORTING  # the phase the worker wrote into its ready file
+        from fleet.engine.attempt import IMPORTING  # the phase the worker wrote into its ready file
 
         ready = attempt.ready_path
         phase = ready.read_text().splitlines()[1:2] if ready.exists() else []

@@ -13,10 +13,10 @@ from pathlib import Path
 from typing import Callable
 
 from fleet import config
-from fleet.scraping import pool, sandbox
-from fleet.scraping.attempt import Attempt
-from fleet.scraping.procs import group_members, kill_pids, kill_tree, sweep_tmp
-from fleet.scraping.settings import WorkerSettings
+from fleet.engine import pool, sandbox
+from fleet.engine.spec import Attempt
+from fleet.engine.procs import group_members, kill_pids, kill_tree, sweep_tmp
+from fleet.engine.settings import WorkerSettings
 
 # An attempt's output lines logged to the run (each one an event); the rest go to output-ATTEMPT.log by its rows.
 MAX_LOG_LINES = 500
@@ -48,7 +48,7 @@ def start(attempt: Attempt, settings: WorkerSettings, warm: bool):
     sandbox.hand_over(box, attempt.work, Path(attempt.spec["evidence_dir"]), *([Path(har).parent] if har else []))
     env = sandbox.worker_env(config.process_env(), box, home)
     if not warm:
-        proc = subprocess.Popen(sandbox.command(box, [sys.executable, "-m", "fleet.scraping.worker", str(spec_path)]),
+        proc = subprocess.Popen(sandbox.command(box, [sys.executable, "-m", "fleet.engine.attempt", str(spec_path)]),
                                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                                 text=True, errors="replace", start_new_session=True, env=env)
         return proc, "an attempt process of its own"
@@ -142,7 +142,7 @@ def _pump(proc, output_path: Path, log_line, prefix: str) -> None:
 
 def dump_stack(proc, stack_path: Path) -> None:
     """Ask a worker at its hard limit for the Python stacks of its threads (SIGUSR1: the worker registers
-    faulthandler for it while its source runs, fleet/scraping/evidence.py), and wait up to ``DUMP_WAIT_S`` for
+    faulthandler for it while its source runs, fleet/engine/evidence.py), and wait up to ``DUMP_WAIT_S`` for
     them. faulthandler writes from its signal handler, so this works while the scraper blocks its event loop."""
     try:
         os.kill(proc.pid, signal.SIGUSR1)

@@ -1,6 +1,6 @@
 """A warm worker: one process with its own Chromium, serving the sources steps hand it, one at a time.
 
-Started by fleet/scraping/pool.py as ``python -m fleet.scraping.server DIR ID CHROMIUM IDLE_S MAX_SOURCES
+Started by fleet/engine/pool.py as ``python -m fleet.engine.host DIR ID CHROMIUM IDLE_S MAX_SOURCES
 NODE_CACHE``. It stays for the next source only if this one finished cleanly (ok or empty, browser connected,
 nothing left running), and leaves after MAX_SOURCES sources or IDLE_S seconds with nothing to do.
 """
@@ -17,27 +17,27 @@ import threading
 import time
 from pathlib import Path
 
-from fleet.scraping import worker, workerdir
+from fleet.engine import attempt, hostdir
 from fleet.scraping.discovery import module_name_for
-from fleet.scraping.pool import CONNECT_TIMEOUT_S, DONE, GREETING, tmp_root
-from fleet.scraping.procs import descendants, group_and_descendants, kill_pids, private_tmp, sweep_tmp, unix_address
+from fleet.engine.pool import CONNECT_TIMEOUT_S, DONE, GREETING, tmp_root
+from fleet.engine.procs import descendants, group_and_descendants, kill_pids, private_tmp, sweep_tmp, unix_address
 
 
 def _retire_if_unclaimed(directory: Path, wid: str) -> bool:
     """Idle for long enough: leave, unless a step has just locked this worker to use it."""
     if not (directory / f"{wid}.lock").exists():
         return True
-    fd = workerdir.try_lock(directory, wid)
+    fd = hostdir.try_lock(directory, wid)
     if fd is None:
         return False
-    workerdir.remove(directory, wid)
+    hostdir.remove(directory, wid)
     os.close(fd)
     return True
 
 
 def _abort(directory: Path, wid: str) -> None:
     """The step this source runs for is gone: so is the source, with this worker, its driver and browser."""
-    workerdir.remove(directory, wid)
+    hostdir.remove(directory, wid)
     kill_pids(descendants(os.getpid()))
     os._exit(1)
 
@@ -82,7 +82,7 @@ def _command(pid: int) -> str:
         return "?"
 
 
-async def _serve_one(conn: socket.socket, browser: worker.OwnBrowser, served: int, cap: int, directory: Path,
+async def _serve_one(conn: socket.socket, browser: attempt.OwnBrowser, served: int, cap: int, directory: Path,
                      wid: str, group: dict[int, int] | None = None) -> tuple[bool, dict[int, int] | None]:
     """One source on one connection: whether this worker may take another, and its process group and
     descendants after this source (None if not known). ``group`` is that of the source before, if this worker
@@ -104,7 +104,7 @@ async def _serve_one(conn: socket.socket, browser: worker.OwnBrowser, served: in
     out = conn.makefile("w", buffering=1, encoding="utf-8", errors="replace")
     request = json.loads(request)
     spec = json.loads(Path(request["spec"]).read_text())
-    # The step's world, not the one of whichever step started this worker.
+    # The step's world, not the one of whichever step started this browser host.
     os.environ.clear()
     os.environ.update(request["env"])
     with contextlib.suppress(OSError):
@@ -130,12 +130,12 @@ async def _serve_one(conn: socket.socket, browser: worker.OwnBrowser, served: in
     stays = False
     try:
         try:
-            result = await worker.scrape(browser, spec)
+            result = await attempt.scrape(browser, spec)
         except Exception as exc:  # the module did not load, or the browser would not open a context
-            result = worker.failure_result(spec, exc)
+            result = attempt.failure_result(spec, exc)
         finally:
             loop.remove_reader(conn.fileno())
-        worker.write_result(spec, result)
+        attempt.write_result(spec, result)
         await asyncio.sleep(0)
         left, group = _left_behind(tasks_before, threads_before, processes_before)
         stays = (result.get("status") in ("ok", "empty") and browser.is_connected() and not left
@@ -156,7 +156,7 @@ async def _serve_one(conn: socket.socket, browser: worker.OwnBrowser, served: in
 
 async def _serve(directory: Path, wid: str, chromium: str, idle_s: float, cap: int, node_cache: str) -> None:
     loop = asyncio.get_running_loop()
-    async with worker.open_browser(chromium, node_cache) as browser:
+    async with attempt.open_browser(chromium, node_cache) as browser:
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         tmp = directory / f".{wid}.sock"
         tmp.unlink(missing_ok=True)
@@ -199,5 +199,5 @@ def serve(directory: Path, wid: str, chromium: str, idle_s: float, cap: int, nod
 
 if __name__ == "__main__":
     if len(sys.argv) != 7:
-        sys.exit("usage: python -m fleet.scraping.server DIR ID CHROMIUM IDLE_S MAX_SOURCES NODE_CACHE")
+        sys.exit("usage: python -m fleet.engine.host DIR ID CHROMIUM IDLE_S MAX_SOURCES NODE_CACHE")
     sys.exit(serve(Path(sys.argv[1]), sys.argv[2], sys.argv[3], float(sys.argv[4]), int(sys.argv[5]), sys.argv[6]))
