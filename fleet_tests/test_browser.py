@@ -13,7 +13,7 @@ from fleet.config import CHROMIUM_ARGS, chromium_path
 from fleet.engine import attempt, pool
 from fleet.scraping.discovery import discover
 from fleet.engine.procs import alive, descendants, stat_fields
-from fleet.engine.runner import WorkerSettings, run_source
+from fleet.engine.runner import EngineSettings, run_source
 from fleet.storage.store import LocalArtifactStore, rows_key
 from fleet_tests.conftest import ROOT, WEEK, Lines
 
@@ -89,7 +89,7 @@ def test_a_browser_killer_costs_the_other_sources_in_flight_nothing(scrape_home,
     counters = tmp_path / "counters"
     counters.mkdir()
     monkeypatch.setenv("FLEET_TEST_COUNTER_DIR", str(counters))
-    settings = WorkerSettings.from_env(scrape_home)
+    settings = EngineSettings.from_env(scrape_home)
     store = LocalArtifactStore(scrape_home / "artifacts")
     sources = {s.name: s for s in discover([SCRAPERS])}
     log, outcomes = Lines(), {}
@@ -109,8 +109,8 @@ def test_a_browser_killer_costs_the_other_sources_in_flight_nothing(scrape_home,
     for name in ("slow_1", "slow_2", "own"):
         assert (outcomes[name].status, outcomes[name].rows) == ("ok", 8), outcomes[name]
         assert store.read_parquet(WEEK, rows_key(outcomes[name].to_json())).height == 8
-    started = dict(re.findall(r"\[(\w+)\] worker (\d+) started", str(log)))
-    assert len(set(started.values())) == 4, started  # a worker each
+    started = dict(re.findall(r"\[(\w+)\] attempt in process (\d+) \(", str(log)))
+    assert len(set(started.values())) == 4, started  # a process each
     assert "(an attempt process of its own;" in next(line for line in log.lines if "[own] attempt in process" in line)
     [(worker_pid, chromium_pid)] = [tuple(map(int, line.split()))
                                     for line in (counters / "killed_chromium").read_text().splitlines()]
@@ -119,4 +119,4 @@ def test_a_browser_killer_costs_the_other_sources_in_flight_nothing(scrape_home,
     while alive(worker_pid) or alive(chromium_pid):  # its worker is not reused: it is gone, with its browser
         assert time.monotonic() < deadline, "the killer's worker is still alive"
         time.sleep(0.1)
-    assert pool.stop(settings.workers_dir) == 2  # the slow sources' warm workers, idle
+    assert pool.stop(settings.hosts_dir) == 2  # the slow sources' warm workers, idle

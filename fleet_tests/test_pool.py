@@ -17,7 +17,7 @@ from fleet.errors import FleetError
 from fleet.engine import pool
 from fleet.scraping.discovery import discover
 from fleet.engine.procs import alive, descendants
-from fleet.engine.runner import WorkerSettings, run_source
+from fleet.engine.runner import EngineSettings, run_source
 from fleet.storage.store import LocalArtifactStore, rows_key
 from fleet_tests.conftest import ROOT, WEEK, Lines
 
@@ -33,7 +33,7 @@ def home(scrape_home, tmp_path, monkeypatch):
 def _run(home, name, log=None):
     source = {s.name: s for s in discover([SCRAPERS])}[name]
     store = LocalArtifactStore(home / "artifacts")
-    out = run_source(source, WEEK, store=store, run_id="test", settings=WorkerSettings.from_env(home), refresh=True,
+    out = run_source(source, WEEK, store=store, run_id="test", settings=EngineSettings.from_env(home), refresh=True,
                      log=log)
     rows = store.read_parquet(WEEK, rows_key(out.to_json())).to_dicts() if out.status == "ok" else []
     return out, rows
@@ -137,10 +137,10 @@ def test_a_warm_worker_dies_with_its_step(home, tmp_path):
     """The step process is SIGKILLed mid-source: the worker, its driver and its Chromium go too, at once."""
     code = ("from pathlib import Path; from fleet.scraping.discovery import discover;"
             "from fleet.engine.runner import run_source; from fleet.storage.store import LocalArtifactStore;"
-            "from fleet.engine.settings import WorkerSettings;"
+            "from fleet.engine.settings import EngineSettings;"
             f"s = {{x.name: x for x in discover([Path({str(SCRAPERS)!r})])}}['lingers'];"
             f"run_source(s, {WEEK!r}, store=LocalArtifactStore({str(home / 'artifacts')!r}), run_id='t',"
-            f" settings=WorkerSettings.from_env(Path({str(home)!r})))")
+            f" settings=EngineSettings.from_env(Path({str(home)!r})))")
     step = subprocess.Popen([sys.executable, "-c", code], env={**os.environ, "PYTHONPATH": str(ROOT)})
     marker = tmp_path / "lingers.pid"
     deadline = time.monotonic() + 90
@@ -250,14 +250,14 @@ def test_stop_idle_leaves_a_worker_in_use_alone(home, tmp_path):
 def test_bad_worker_settings_are_clear_errors(monkeypatch, tmp_path):
     monkeypatch.setenv("FLEET_BROWSER_HOSTS", "pooled")
     with pytest.raises(FleetError, match="FLEET_BROWSER_HOSTS must be 'warm' or 'fresh', got 'pooled'"):
-        WorkerSettings.from_env(tmp_path)
+        EngineSettings.from_env(tmp_path)
     monkeypatch.setenv("FLEET_BROWSER_HOST_IDLE_S", "soon")
     with pytest.raises(FleetError, match="FLEET_BROWSER_HOST_IDLE_S must be a number, got 'soon'"):
         browser_host_idle_s()
-    with pytest.raises(FleetError, match="workers must be 'warm' or 'fresh', got 'pooled'"):
-        WorkerSettings(chromium="/bin/true", workers_dir=tmp_path, workers="pooled")
+    with pytest.raises(FleetError, match="browser_hosts must be 'warm' or 'fresh', got 'pooled'"):
+        EngineSettings(chromium="/bin/true", hosts_dir=tmp_path, browser_hosts="pooled")
     with pytest.raises(FleetError, match="max_sources must be a number of at least 1, got 0"):
-        WorkerSettings(chromium="/bin/true", workers_dir=tmp_path, max_sources=0)
+        EngineSettings(chromium="/bin/true", hosts_dir=tmp_path, max_sources=0)
 
 
 @pytest.mark.parametrize("old,new,value", [("FLEET_WORKERS", "FLEET_BROWSER_HOSTS", "warm"),
@@ -269,7 +269,7 @@ def test_an_old_browser_host_setting_is_refused_in_one_line_naming_the_new_one(m
     monkeypatch.setenv("FLEET_HOME", str(tmp_path))
     settings()  # without the old name, the same environment is accepted
     monkeypatch.setenv(old, value)
-    for read in (lambda: WorkerSettings.from_env(tmp_path), settings):
+    for read in (lambda: EngineSettings.from_env(tmp_path), settings):
         with pytest.raises(FleetError) as refused:
             read()
         assert str(refused.value) == f"{old} is now called {new}; set {new} instead"

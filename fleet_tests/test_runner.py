@@ -9,7 +9,7 @@ import polars as pl
 import pytest
 
 from fleet.scraping.discovery import discover
-from fleet.engine.runner import WorkerSettings, run_source
+from fleet.engine.runner import EngineSettings, run_source
 from fleet.storage import store as keys
 from fleet.storage.store import LocalArtifactStore
 from fleet_tests.conftest import WEEK, Lines
@@ -42,7 +42,7 @@ def scraper(tmp_path, name: str, scrape: str, *, timeout_s: float = 30, schema: 
 
 def run(home, source, *, refresh=False, log=None):
     store = LocalArtifactStore(home / "artifacts")
-    return run_source(source, WEEK, store=store, run_id="test", settings=WorkerSettings.from_env(), refresh=refresh,
+    return run_source(source, WEEK, store=store, run_id="test", settings=EngineSettings.from_env(), refresh=refresh,
                       log=log), store
 
 
@@ -286,7 +286,7 @@ def test_a_bad_run_config_fails_its_source_before_a_worker_is_taken(home, tmp_pa
     worker starts."""
     src = scraper(tmp_path, "configured", "yield {'id': 1}\n")
     store = LocalArtifactStore(home / "artifacts")
-    out = run_source(src, WEEK, store=store, run_id="test", settings=WorkerSettings.from_env(), **config)
+    out = run_source(src, WEEK, store=store, run_id="test", settings=EngineSettings.from_env(), **config)
     assert (out.status, out.category) == ("failed", "source"), out
     assert says in out.error and "configured" in out.error
     assert keys.read_outcome(store, WEEK, "configured")["status"] == "failed"

@@ -11,7 +11,7 @@ import pytest
 
 from fleet.engine import pool
 from fleet.scraping.discovery import discover
-from fleet.engine.runner import WorkerSettings, run_source
+from fleet.engine.runner import EngineSettings, run_source
 from fleet.storage import store as keys
 from fleet.storage.store import LocalArtifactStore
 from fleet_tests.conftest import ROOT, WEEK, run_fleet
@@ -79,7 +79,7 @@ def _probe(top: Path, name: str, own_process: bool):
     (d / f"{name}.py").write_text(PROBE.replace("NAME", name).replace("OWN", f"own_process = {own_process}"))
     (src,) = [s for s in discover([d]) if s.name == name]
     store = LocalArtifactStore(top / "home" / "artifacts")
-    out = run_source(src, WEEK, store=store, run_id="sbx", settings=WorkerSettings.from_env())
+    out = run_source(src, WEEK, store=store, run_id="sbx", settings=EngineSettings.from_env())
     import json
 
     import polars as pl

@@ -3,7 +3,7 @@ process is killed as a whole at the hard timeout.
 
 :func:`scrape` runs one attempt in the browser it is given. A warm worker (fleet/engine/host.py) calls it for
 one source after another with the same browser. A worker of its own (``own_process``, ``own_browser``,
-``WorkerSettings.workers == "fresh"``) is started as ``python -m fleet.engine.attempt SPEC.json`` and runs
+``EngineSettings.workers == "fresh"``) is started as ``python -m fleet.engine.attempt SPEC.json`` and runs
 :func:`run`: it launches Playwright and a Chromium, and scrapes once.
 Rows are streamed to a spool file, so a timeout keeps what was collected, and on failure the attempt keeps a
 screenshot and the page HTML (fleet/engine/evidence.py).

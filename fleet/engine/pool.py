@@ -4,7 +4,7 @@ A warm worker (fleet/engine/host.py) keeps Playwright's driver and its own Chrom
 source does not pay their start-up (~3 CPU-s on the 2-core machine of BENCHMARKS.md). Each source still gets a
 fresh browser context, a fresh import of its module and its step's environment, and the same hard limit: at its
 timeout the step kills the worker with its driver and browser. A worker is reused only after a clean finish; it
-leaves after ``WorkerSettings.max_sources`` sources or ``idle_s`` seconds with nothing to do.
+leaves after ``EngineSettings.max_sources`` sources or ``idle_s`` seconds with nothing to do.
 
 A new worker is a new interpreter, ``python -m fleet.engine.host``, in a session of its own. Its files are
 described in fleet/engine/hostdir.py; its temporary files (its browser's profile among them) are in a folder
@@ -35,7 +35,7 @@ from fleet.errors import FleetError
 from fleet.engine import hostdir, sandbox
 from fleet.engine.procs import alive, kill_tree, sweep_tmp, tmp_base, unix_address
 from fleet.engine.sandbox import Sandbox
-from fleet.engine.settings import WorkerSettings
+from fleet.engine.settings import EngineSettings
 
 GREETING = "fleet-browser-host"
 DONE = "\x1efleet-browser-host-done"
@@ -46,18 +46,18 @@ CONNECT_TIMEOUT_S = 10.0
 _children: dict[int, subprocess.Popen] = {}
 
 
-class WorkerStartError(FleetError):
+class HostStartError(FleetError):
     """A new worker exited or did not get its browser up in time (an infra failure)."""
 
 
-def tmp_root(workers_dir: Path, uid: int | None = None) -> Path:
-    """Where the workers of ``workers_dir`` running as ``uid`` keep their temporary folders (procs.private_tmp)."""
-    return tmp_base(workers_dir, uid)
+def tmp_root(hosts_dir: Path, uid: int | None = None) -> Path:
+    """Where the workers of ``hosts_dir`` running as ``uid`` keep their temporary folders (procs.private_tmp)."""
+    return tmp_base(hosts_dir, uid)
 
 
-def sweep_all_tmp(workers_dir: Path, killed=()) -> None:
-    """:func:`procs.sweep_tmp` for the workers of ``workers_dir`` of every user (fleet's own, the sandbox's)."""
-    own = tmp_root(workers_dir)
+def sweep_all_tmp(hosts_dir: Path, killed=()) -> None:
+    """:func:`procs.sweep_tmp` for the workers of ``hosts_dir`` of every user (fleet's own, the sandbox's)."""
+    own = tmp_root(hosts_dir)
     for base in {own, *own.parent.glob("fleet-*-" + own.name.rsplit("-", 1)[1])}:
         sweep_tmp(base, killed=killed)
 
@@ -169,10 +169,10 @@ def _try_take(directory: Path, wid: str) -> Lease | None:
     return None
 
 
-def lease(settings: WorkerSettings, box: Sandbox | None = None) -> Lease:
-    """An idle warm worker of ``settings.workers_dir``, or a new one once its browser is up. Raises
-    ``WorkerStartError``."""
-    directory = settings.workers_dir
+def lease(settings: EngineSettings, box: Sandbox | None = None) -> Lease:
+    """An idle warm worker of ``settings.hosts_dir``, or a new one once its browser is up. Raises
+    ``HostStartError``."""
+    directory = settings.hosts_dir
     directory.mkdir(parents=True, exist_ok=True)
     for pid, popen in list(_children.items()):  # reap the ones that left since
         if popen.poll() is not None:
@@ -184,9 +184,9 @@ def lease(settings: WorkerSettings, box: Sandbox | None = None) -> Lease:
     return _start(settings, box or Sandbox())
 
 
-def _start(settings: WorkerSettings, box: Sandbox) -> Lease:
+def _start(settings: EngineSettings, box: Sandbox) -> Lease:
     """A new worker, leased to the caller once its browser is up; as the sandbox's user when it has one."""
-    directory = settings.workers_dir
+    directory = settings.hosts_dir
     wid = uuid.uuid4().hex[:12]
     files = hostdir.paths(directory, wid)
     # The lock appears already held (renamed into place), so no other step can take a half-started worker.
@@ -212,10 +212,10 @@ def _start(settings: WorkerSettings, box: Sandbox) -> Lease:
         while not files["sock"].exists():
             if popen.poll() is not None:
                 tail = files["log"].read_text(errors="replace")[-2000:]
-                raise WorkerStartError(f"the browser host exited with code {popen.returncode} before its browser "
+                raise HostStartError(f"the browser host exited with code {popen.returncode} before its browser "
                                        f"was up:\n{tail}")
             if time.monotonic() > deadline:
-                raise WorkerStartError(f"the browser did not start within {settings.startup_s:g}s")
+                raise HostStartError(f"the browser did not start within {settings.startup_s:g}s")
             time.sleep(0.02)
         return _connect(directory, wid, popen.pid, fd, True)
     except BaseException as exc:
@@ -228,44 +228,44 @@ def _start(settings: WorkerSettings, box: Sandbox) -> Lease:
         tmp_lock.unlink(missing_ok=True)
         os.close(fd)
         if isinstance(exc, (OSError, ValueError)):
-            raise WorkerStartError(f"the new browser host did not answer: {exc}") from exc
+            raise HostStartError(f"the new browser host did not answer: {exc}") from exc
         raise
 
 
-def _stop_worker(workers_dir: Path, wid: str, stopped: list[int]) -> None:
+def _stop_worker(hosts_dir: Path, wid: str, stopped: list[int]) -> None:
     """Kill worker ``wid`` with its browser if it lives (its pid added to ``stopped``), and clear its files."""
-    pid = hostdir.read_pid(workers_dir, wid)
+    pid = hostdir.read_pid(hosts_dir, wid)
     if pid is not None and alive(pid):
         kill_tree(pid)
         stopped.append(pid)
-    hostdir.remove(workers_dir, wid)
+    hostdir.remove(hosts_dir, wid)
 
 
-def stop_idle(workers_dir: Path) -> int:
-    """Stop the warm workers of ``workers_dir`` that no step is using now (their lock is free), and clear their
+def stop_idle(hosts_dir: Path) -> int:
+    """Stop the warm workers of ``hosts_dir`` that no step is using now (their lock is free), and clear their
     files; return how many were stopped. Workers leave by themselves after ``idle_s``; this is for a caller that
     is done with them sooner (a benchmark between its runs)."""
     stopped = []
-    for wid in hostdir.worker_ids(workers_dir):
-        fd = hostdir.try_lock(workers_dir, wid)
+    for wid in hostdir.worker_ids(hosts_dir):
+        fd = hostdir.try_lock(hosts_dir, wid)
         if fd is None:
             continue
-        _stop_worker(workers_dir, wid, stopped)
+        _stop_worker(hosts_dir, wid, stopped)
         os.close(fd)
     _wait_gone(stopped)
-    sweep_all_tmp(workers_dir)  # the killed workers' browser profiles, and any a worker killed earlier left
+    sweep_all_tmp(hosts_dir)  # the killed workers' browser profiles, and any a worker killed earlier left
     return len(stopped)
 
 
-def stop(workers_dir: Path) -> int:
-    """Stop every warm worker of ``workers_dir``, in use or not, and clear their files; return how many ran (the
+def stop(hosts_dir: Path) -> int:
+    """Stop every warm worker of ``hosts_dir``, in use or not, and clear their files; return how many ran (the
     tests clean up with this)."""
     stopped = []
-    if workers_dir.is_dir():
-        for pid_file in workers_dir.glob("*.pid"):
-            _stop_worker(workers_dir, pid_file.name[:-len(".pid")], stopped)
+    if hosts_dir.is_dir():
+        for pid_file in hosts_dir.glob("*.pid"):
+            _stop_worker(hosts_dir, pid_file.name[:-len(".pid")], stopped)
     _wait_gone(stopped)
-    sweep_all_tmp(workers_dir)
+    sweep_all_tmp(hosts_dir)
     return len(stopped)
 
 

@@ -14,18 +14,18 @@ from fleet.scraping.contract import check_seconds
 from fleet.scraping.discovery import Source
 from fleet.engine.outcome import Outcome
 from fleet.scraping.retry import RetryPolicy
-from fleet.engine.settings import WorkerSettings
+from fleet.engine.settings import EngineSettings
 from fleet.storage import store as keys
 from fleet.storage.store import ArtifactStore
 
-__all__ = ["Outcome", "Trial", "WorkerSettings", "run_source"]
+__all__ = ["Outcome", "Trial", "EngineSettings", "run_source"]
 
 
-def run_source(source: Source, week: str, *, store: ArtifactStore, run_id: str, settings: WorkerSettings,
+def run_source(source: Source, week: str, *, store: ArtifactStore, run_id: str, settings: EngineSettings,
                deep: bool = False, timeout_s: float | None = None, retry: dict | None = None, refresh: bool = False,
                reexecution: bool = False, forced: str | None = None, log=None, trial: Trial | None = None) -> Outcome:
     """Scrape ``source`` for ``week`` (reusing a stored complete artifact unless ``refresh``), store and return its
-    outcome. ``settings`` says which Chromium to launch and how workers are kept (:class:`WorkerSettings`).
+    outcome. ``settings`` says which Chromium to launch and how workers are kept (:class:`EngineSettings`).
 
     ``refresh`` also clears the source's work for the week (checkpoint, seen URLs, spooled rows), once: not on a
     ``reexecution``, the re-execution of a crashed attempt of the same request (Dagster's retry of the step, a
@@ -63,10 +63,10 @@ def run_source(source: Source, week: str, *, store: ArtifactStore, run_id: str, 
 
     attempt = new_attempt(source, week, store=store, run_id=run_id, deep=deep, timeout=timeout, retry=retry,
                           settings=settings, trial=trial)
-    warm = settings.workers == "warm" and not (source.own_process or source.own_browser)
+    warm = settings.browser_hosts == "warm" and not (source.own_process or source.own_browser)
     try:
         proc, how = supervise.start(attempt, settings, warm)
-    except pool.WorkerStartError as exc:
+    except pool.HostStartError as exc:
         result = {"status": "failed", "category": "infra", "error": f"source {source.name}: {exc}"}
         log_line(f"{prefix} {result['error']}")
         return outcome.finish(source, week, store, run_id, attempt.id, deep, work, result, 0.0, forced)

@@ -162,14 +162,14 @@ def prepare(box: Sandbox, settings) -> Path | None:
     folders, Node's compile cache, the politeness locks) for the sandbox's user; returns the workers' HOME."""
     if not box.switches_user:
         return None
-    home = settings.workers_dir / "home"
-    for folder in (home, tmp_base(settings.workers_dir, box.uid), settings.workers_dir.parent / "politeness",
+    home = settings.hosts_dir / "home"
+    for folder in (home, tmp_base(settings.hosts_dir, box.uid), settings.hosts_dir.parent / "politeness",
                    *([Path(settings.node_cache)] if settings.node_cache else [])):
         _hand_over_once(box, folder)
-    hand_over_files(box, settings.workers_dir)
+    hand_over_files(box, settings.hosts_dir)
     return home
 
 
 def for_attempt(settings, module_path: Path) -> Sandbox:
     """The sandbox of a source's workers: ``current`` for this host's FLEET_HOME and the source's folder."""
-    return current(settings.workers_dir.parent, [Path(module_path).parent])
+    return current(settings.hosts_dir.parent, [Path(module_path).parent])

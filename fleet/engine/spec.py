@@ -11,7 +11,7 @@ from fleet.engine import sandbox
 from fleet.scraping.blocked import markers_from_env
 from fleet.scraping.discovery import Source
 from fleet.engine.pool import tmp_root
-from fleet.engine.settings import WorkerSettings
+from fleet.engine.settings import EngineSettings
 from fleet.storage import store as keys
 from fleet.storage.store import ArtifactStore
 
@@ -76,7 +76,7 @@ class Attempt:
 
 
 def new_attempt(source: Source, week: str, *, store: ArtifactStore, run_id: str, deep: bool, timeout: float,
-                retry: dict | None, settings: WorkerSettings, trial: Trial | None = None) -> Attempt:
+                retry: dict | None, settings: EngineSettings, trial: Trial | None = None) -> Attempt:
     attempt = keys.new_attempt_id()
     work = store.workdir(week, keys.spool_key(source.name))
     spec = {
@@ -90,10 +90,10 @@ def new_attempt(source: Source, week: str, *, store: ArtifactStore, run_id: str,
         "stack_path": str(work / f"stack-{attempt}.txt"),
         "evidence_dir": str(store.local_dir(week, keys.evidence_key(source.name))),
         "node_cache": str(settings.node_cache or ""),
-        "tmp_root": str(tmp_root(settings.workers_dir, sandbox.for_attempt(settings, source.module_path).uid)),
+        "tmp_root": str(tmp_root(settings.hosts_dir, sandbox.for_attempt(settings, source.module_path).uid)),
         "step_pid": os.getpid(),
         "block_markers": list(markers_from_env()),
-        "politeness": {"root": str(settings.workers_dir.parent / "politeness"), **config.politeness()},
+        "politeness": {"root": str(settings.hosts_dir.parent / "politeness"), **config.politeness()},
         **(trial or Trial()).spec(),
     }
     return Attempt(id=attempt, work=work, spec=spec)

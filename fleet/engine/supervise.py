@@ -16,7 +16,7 @@ from fleet import config
 from fleet.engine import pool, sandbox
 from fleet.engine.spec import Attempt
 from fleet.engine.procs import group_members, kill_pids, kill_tree, sweep_tmp
-from fleet.engine.settings import WorkerSettings
+from fleet.engine.settings import EngineSettings
 
 # An attempt's output lines logged to the run (each one an event); the rest go to output-ATTEMPT.log by its rows.
 MAX_LOG_LINES = 500
@@ -36,9 +36,9 @@ class Supervised:
     exit_reason: str = ""
 
 
-def start(attempt: Attempt, settings: WorkerSettings, warm: bool):
+def start(attempt: Attempt, settings: EngineSettings, warm: bool):
     """The worker for ``attempt`` and how it came (for the log): a leased warm worker that has taken the attempt,
-    or a new interpreter for this attempt alone. Raises ``pool.WorkerStartError``."""
+    or a new interpreter for this attempt alone. Raises ``pool.HostStartError``."""
     spec_path = attempt.write_spec()
     box = sandbox.for_attempt(settings, attempt.spec["module_path"])
     home = sandbox.prepare(box, settings)
@@ -57,7 +57,7 @@ def start(attempt: Attempt, settings: WorkerSettings, warm: bool):
         proc.start(spec_path, env, os.getcwd())  # a warm worker takes on this step's world
     except OSError as exc:
         proc.release()
-        raise pool.WorkerStartError(f"browser host {proc.pid} went away before it took the source ({exc})") from exc
+        raise pool.HostStartError(f"browser host {proc.pid} went away before it took the source ({exc})") from exc
     return proc, "a new browser host" if proc.new else f"a browser host's source no. {proc.served + 1}"
 
 

@@ -34,11 +34,11 @@ def attempt(source: Source, week: str, scratch: Path, trial: Trial = Trial()) ->
     of its own, with its rows and evidence in a scratch store in ``scratch`` (the caller's temporary folder, which
     holds them until it is removed): the outcome's fields, with ``fill`` (per column of the scraper's schema, the
     share of rows with a value) and ``evidence_dir``. ``error`` is the outcome's without the source's name."""
-    from fleet.engine.runner import WorkerSettings, run_source
+    from fleet.engine.runner import EngineSettings, run_source
 
     scratch.chmod(0o711)  # the sandbox's user reaches its attempt's folders in it
     store = LocalArtifactStore(scratch / "store")
-    settings = dataclasses.replace(WorkerSettings.from_env(), workers="fresh")
+    settings = dataclasses.replace(EngineSettings.from_env(), browser_hosts="fresh")
     out = run_source(source, week, store=store, run_id=f"lifecycle-{uuid.uuid4().hex[:8]}", settings=settings,
                      refresh=True, trial=trial)
     got = {**out.to_json(), "fill": {}, "evidence_dir": store.local_dir(week, keys.evidence_key(source.name))}
