@@ -290,7 +290,7 @@ def test_a_fleet_home_deeper_than_a_unix_socket_path_still_gets_warm_workers(hom
     try:
         out, rows = _run(deep, "probe")
         assert out.status == "ok", out.error
-        assert [p.name for p in root.glob("*.sock")] == [f"{w}.sock" for w in hostdir.worker_ids(root)]
+        assert [p.name for p in root.glob("*.sock")] == [f"{w}.sock" for w in hostdir.host_ids(root)]
         out, again = _run(deep, "probe")  # the idle worker is found by its socket and takes the next source
         assert out.status == "ok", out.error
         assert again[0]["pid"] == rows[0]["pid"]

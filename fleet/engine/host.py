@@ -1,4 +1,4 @@
-"""A warm worker: one process with its own Chromium, serving the sources steps hand it, one at a time.
+"""A browser host: one process with its own Chromium, serving the sources steps hand it, one at a time.
 
 Started by fleet/engine/pool.py as ``python -m fleet.engine.host DIR ID CHROMIUM IDLE_S MAX_SOURCES
 NODE_CACHE``. It stays for the next source only if this one finished cleanly (ok or empty, browser connected,
@@ -24,7 +24,7 @@ from fleet.engine.procs import descendants, group_and_descendants, kill_pids, pr
 
 
 def _retire_if_unclaimed(directory: Path, wid: str) -> bool:
-    """Idle for long enough: leave, unless a step has just locked this worker to use it."""
+    """Idle for long enough: leave, unless a step has just locked this host to use it."""
     if not (directory / f"{wid}.lock").exists():
         return True
     fd = hostdir.try_lock(directory, wid)
@@ -36,7 +36,7 @@ def _retire_if_unclaimed(directory: Path, wid: str) -> bool:
 
 
 def _abort(directory: Path, wid: str) -> None:
-    """The step this source runs for is gone: so is the source, with this worker, its driver and browser."""
+    """The step this source runs for is gone: so is the source, with this host, its driver and browser."""
     hostdir.remove(directory, wid)
     kill_pids(descendants(os.getpid()))
     os._exit(1)
@@ -50,11 +50,11 @@ def _playwright_task(task: asyncio.Task) -> bool:
 def _left_behind(tasks_before: set, threads_before: set,
                  processes_before: dict[int, int]) -> tuple[list[str], dict[int, int]]:
     """Tasks, threads and processes a scraper started and did not finish: a reason not to reuse this process.
-    The tasks are cancelled and the processes killed. The processes are this worker's group and descendants
+    The tasks are cancelled and the processes killed. The processes are this host's group and descendants
     (``procs.group_and_descendants``, pid -> process group) that were not there before the source: a scraper's
     children are in the group, or in a session of their own if it started them so (``start_new_session``), and
-    are descendants either way. A new process in a group that was there before, other than the worker's, is
-    not the scraper's: the worker's browser starts renderers in Chromium's group. Also returns what it found:
+    are descendants either way. A new process in a group that was there before, other than the host's, is
+    not the scraper's: the host's browser starts renderers in Chromium's group. Also returns what it found:
     when nothing was left behind, that is the next source's ``processes_before``."""
     current = asyncio.current_task()
     me = os.getpid()
@@ -84,9 +84,9 @@ def _command(pid: int) -> str:
 
 async def _serve_one(conn: socket.socket, browser: attempt.OwnBrowser, served: int, cap: int, directory: Path,
                      wid: str, group: dict[int, int] | None = None) -> tuple[bool, dict[int, int] | None]:
-    """One source on one connection: whether this worker may take another, and its process group and
-    descendants after this source (None if not known). ``group`` is that of the source before, if this worker
-    served one: a worker is reused only when its source left no process behind, so that is unchanged since,
+    """One source on one connection: whether this host may take another, and its process group and
+    descendants after this source (None if not known). ``group`` is that of the source before, if this host
+    served one: a host is reused only when its source left no process behind, so that is unchanged since,
     and one scan of /proc per source does."""
     loop = asyncio.get_running_loop()
     conn.setblocking(True)

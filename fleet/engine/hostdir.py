@@ -1,8 +1,8 @@
-"""A warm worker's files in the workers' folder, and the flock that says which step holds it.
+"""A browser host's files in the hosts' folder, and the flock that says which step holds it.
 
-Per worker ``ID``: ``ID.lock`` (held by the step using the worker; taken without waiting, so one worker serves
-one source at a time), ``ID.pid``, ``ID.sock`` (the worker's socket, created once its browser is up) and
-``ID.log`` (what it writes between sources). A worker being started has only ``.ID.lock`` until its starter
+Per host ``ID``: ``ID.lock`` (held by the step using the host; taken without waiting, so one host serves
+one source at a time), ``ID.pid``, ``ID.sock`` (the host's socket, created once its browser is up) and
+``ID.log`` (what it writes between sources). A host being started has only ``.ID.lock`` until its starter
 renames it into place, already locked.
 """
 from __future__ import annotations
@@ -30,18 +30,18 @@ def read_pid(directory: Path, wid: str) -> int | None:
         return None
 
 
-def worker_ids(directory: Path) -> list[str]:
-    """The workers of ``directory``, by their ``ID.lock`` files, in name order. A worker being started (``.ID.lock``)
+def host_ids(directory: Path) -> list[str]:
+    """The hosts of ``directory``, by their ``ID.lock`` files, in name order. A host being started (``.ID.lock``)
     is left out: pathlib's ``*`` matches names beginning with a dot, and a step that locked such a file in the
-    instant before its starter did would take it for a dead worker and clear it away."""
+    instant before its starter did would take it for a dead host and clear it away."""
     if not directory.is_dir():
         return []
     return sorted(p.name[:-len(".lock")] for p in directory.glob("*.lock") if not p.name.startswith("."))
 
 
 def try_lock(directory: Path, wid: str) -> int | None:
-    """The worker's lock, taken without waiting: its descriptor (closing it unlocks), or None if another process
-    holds it or the worker's files are gone."""
+    """The host's lock, taken without waiting: its descriptor (closing it unlocks), or None if another process
+    holds it or the host's files are gone."""
     lock = directory / f"{wid}.lock"
     try:
         fd = os.open(lock, os.O_RDWR)

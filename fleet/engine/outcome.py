@@ -46,7 +46,7 @@ class Outcome:
 
 def failed(store: ArtifactStore, source: str, week: str, run_id: str, error: str, category: str,
            status: str = "failed") -> Outcome:
-    """An attempt that ended before a worker ran it (or was refused one): stored as the source's outcome for the week."""
+    """An attempt that ended before a process ran it (or was refused one): stored as the source's outcome."""
     out = Outcome(source=source, week=week, status=status, category=category, error=error, run_id=run_id,
                   attempt=keys.new_attempt_id())
     keys.write_outcome(store, week, out.to_json())
@@ -73,11 +73,11 @@ def merge_attempt_rows(source: Source, spool_dir: Path) -> list[dict]:
 
 
 def classify(source: Source, attempt: Attempt, seen: Supervised, *, timeout: float, startup_s: float) -> dict:
-    """The attempt's result: the worker's own report, or what the step saw when the worker could not report
+    """The attempt's result: its process's own report, or what the step saw when the process could not report
     (killed at the limit: source; no browser in time, or died: infra)."""
     result = attempt.result()
     if seen.timed_out:
-        from fleet.engine.attempt import IMPORTING  # the phase the worker wrote into its ready file
+        from fleet.engine.attempt import IMPORTING  # the phase the attempt process wrote into its ready file
 
         ready = attempt.ready_path
         phase = ready.read_text().splitlines()[1:2] if ready.exists() else []
@@ -86,7 +86,7 @@ def classify(source: Source, attempt: Attempt, seen: Supervised, *, timeout: flo
         return {**(result or {}), "status": "timeout", "category": "source",
                 "error": f"source {source.name}: {doing} after {seen.seconds:.1f}s (limit {timeout:g}s); "
                          f"its attempt process and browser were killed"}
-    if result and result.get("status") == "timeout":  # the worker stopped the scraper itself, before the limit
+    if result and result.get("status") == "timeout":  # the process stopped the scraper itself, before the limit
         return {**result, "category": "source",
                 "error": f"source {source.name}: timed out at fleet's soft deadline after {seen.seconds:.1f}s "
                          f"(limit {timeout:g}s, less a grace to save evidence); its attempt process stopped it"}

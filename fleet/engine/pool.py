@@ -1,19 +1,19 @@
-"""Leasing warm scrape workers: a step takes an idle worker (or starts one) for one source, and gives it back.
+"""Leasing browser hosts: a step takes an idle host (or starts one) for one source, and gives it back.
 
-A warm worker (fleet/engine/host.py) keeps Playwright's driver and its own Chromium between sources, so a
+A browser host (fleet/engine/host.py) keeps Playwright's driver and its own Chromium between sources, so a
 source does not pay their start-up (~3 CPU-s on the 2-core machine of BENCHMARKS.md). Each source still gets a
 fresh browser context, a fresh import of its module and its step's environment, and the same hard limit: at its
-timeout the step kills the worker with its driver and browser. A worker is reused only after a clean finish; it
+timeout the step kills the host with its driver and browser. A host is reused only after a clean finish; it
 leaves after ``EngineSettings.max_sources`` sources or ``idle_s`` seconds with nothing to do.
 
-A new worker is a new interpreter, ``python -m fleet.engine.host``, in a session of its own. Its files are
+A new host is a new interpreter, ``python -m fleet.engine.host``, in a session of its own. Its files are
 described in fleet/engine/hostdir.py; its temporary files (its browser's profile among them) are in a folder
-of its own under :func:`tmp_root`, removed by whoever kills it and by the worker as it leaves.
+of its own under :func:`tmp_root`, removed by whoever kills it and by the host as it leaves.
 
-Protocol, one connection per source: the worker greets with ``fleet-worker PID SERVED``, the step sends one
+Protocol, one connection per source: the host greets with ``fleet-browser-host PID SERVED``, the step sends one
 JSON line: the path of the attempt's spec (fleet/engine/spec.py), its environment and working directory.
-The worker streams the attempt's log lines back, then a done line that says whether it stays. The connection is
-also the lifeline: if the step dies mid-source, the worker sees it close and exits with its browser.
+The host streams the attempt's log lines back, then a done line that says whether it stays. The connection is
+also the lifeline: if the step dies mid-source, the host sees it close and exits with its browser.
 """
 from __future__ import annotations
 
@@ -41,37 +41,37 @@ GREETING = "fleet-browser-host"
 DONE = "\x1efleet-browser-host-done"
 CONNECT_TIMEOUT_S = 10.0
 
-# The workers this process started, by pid: a step that runs several sources (Dagster's step reuse) can then say
+# The hosts this process started, by pid: a step that runs several sources (Dagster's step reuse) can then say
 # how one of them ended in a later lease too, and reaps it.
 _children: dict[int, subprocess.Popen] = {}
 
 
 class HostStartError(FleetError):
-    """A new worker exited or did not get its browser up in time (an infra failure)."""
+    """A new host exited or did not get its browser up in time (an infra failure)."""
 
 
 def tmp_root(hosts_dir: Path, uid: int | None = None) -> Path:
-    """Where the workers of ``hosts_dir`` running as ``uid`` keep their temporary folders (procs.private_tmp)."""
+    """Where the hosts of ``hosts_dir`` running as ``uid`` keep their temporary folders (procs.private_tmp)."""
     return tmp_base(hosts_dir, uid)
 
 
 def sweep_all_tmp(hosts_dir: Path, killed=()) -> None:
-    """:func:`procs.sweep_tmp` for the workers of ``hosts_dir`` of every user (fleet's own, the sandbox's)."""
+    """:func:`procs.sweep_tmp` for the hosts of ``hosts_dir`` of every user (fleet's own, the sandbox's)."""
     own = tmp_root(hosts_dir)
     for base in {own, *own.parent.glob("fleet-*-" + own.name.rsplit("-", 1)[1])}:
         sweep_tmp(base, killed=killed)
 
 
 class Lease:
-    """A warm worker held by one step for one source, with the subset of ``subprocess.Popen`` the runner uses
+    """A browser host held by one step for one source, with the subset of ``subprocess.Popen`` the runner uses
     (``pid``, ``stderr``, ``poll``, ``wait``, ``returncode``). :meth:`release` gives it back."""
 
     def __init__(self, directory: Path, wid: str, pid: int, served: int, conn: socket.socket, reader, lock_fd: int,
                  new: bool):
         self.directory, self.wid, self.pid, self.served, self.new = directory, wid, pid, served, new
-        self.popen = _children.get(pid)  # only the process that started the worker learns how it ended
+        self.popen = _children.get(pid)  # only the process that started the host learns how it ended
         self.returncode: int | None = None
-        self.finished: str | None = None  # "reuse" or "retire", once the worker said it is done
+        self.finished: str | None = None  # "reuse" or "retire", once the host said it is done
         self._conn, self._reader, self._lock_fd = conn, reader, lock_fd
         self._ended = threading.Event()
 
@@ -82,7 +82,7 @@ class Lease:
 
     @property
     def stderr(self):
-        """The attempt's log lines, up to the worker's done line or its end."""
+        """The attempt's log lines, up to the host's done line or its end."""
         try:
             for line in self._reader:
                 if line.startswith(DONE):
@@ -118,7 +118,7 @@ class Lease:
         return f"killed by signal {signal.Signals(-code).name}" if code < 0 else f"exit code {code}"
 
     def release(self) -> None:
-        """Give the worker back if it said it stays; otherwise make sure it is gone and clear its files."""
+        """Give the host back if it said it stays; otherwise make sure it is gone and clear its files."""
         for closeable in (self._reader, self._conn):
             with contextlib.suppress(OSError):
                 closeable.close()
@@ -170,14 +170,14 @@ def _try_take(directory: Path, wid: str) -> Lease | None:
 
 
 def lease(settings: EngineSettings, box: Sandbox | None = None) -> Lease:
-    """An idle warm worker of ``settings.hosts_dir``, or a new one once its browser is up. Raises
+    """An idle browser host of ``settings.hosts_dir``, or a new one once its browser is up. Raises
     ``HostStartError``."""
     directory = settings.hosts_dir
     directory.mkdir(parents=True, exist_ok=True)
     for pid, popen in list(_children.items()):  # reap the ones that left since
         if popen.poll() is not None:
             del _children[pid]
-    for wid in hostdir.worker_ids(directory):
+    for wid in hostdir.host_ids(directory):
         taken = _try_take(directory, wid)
         if taken is not None:
             return taken
@@ -185,11 +185,11 @@ def lease(settings: EngineSettings, box: Sandbox | None = None) -> Lease:
 
 
 def _start(settings: EngineSettings, box: Sandbox) -> Lease:
-    """A new worker, leased to the caller once its browser is up; as the sandbox's user when it has one."""
+    """A new host, leased to the caller once its browser is up; as the sandbox's user when it has one."""
     directory = settings.hosts_dir
     wid = uuid.uuid4().hex[:12]
     files = hostdir.paths(directory, wid)
-    # The lock appears already held (renamed into place), so no other step can take a half-started worker.
+    # The lock appears already held (renamed into place), so no other step can take a half-started host.
     tmp_lock = directory / f".{wid}.lock"
     fd = os.open(tmp_lock, os.O_CREAT | os.O_RDWR, 0o600)
     fcntl.flock(fd, fcntl.LOCK_EX)
@@ -197,13 +197,13 @@ def _start(settings: EngineSettings, box: Sandbox) -> Lease:
     try:
         home = sandbox.prepare(box, settings)
         with open(files["log"], "ab") as log:
-            # the worker removes its own files as it leaves, and locks its lock file to retire
+            # the host removes its own files as it leaves, and locks its lock file to retire
             sandbox.hand_over_files(box, directory, tmp_lock, files["log"])
             popen = subprocess.Popen(sandbox.command(box, [
                 sys.executable, "-m", "fleet.engine.host", str(directory), wid, settings.chromium,
                 repr(float(settings.idle_s)), str(settings.max_sources), str(settings.node_cache or "")]),
                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, close_fds=True,
-                env=sandbox.worker_env(config.process_env(), box, home))
+                env=sandbox.attempt_env(config.process_env(), box, home))
         _children[popen.pid] = popen
         files["pid"].write_text(str(popen.pid))
         sandbox.hand_over_files(box, files["pid"])
@@ -232,8 +232,8 @@ def _start(settings: EngineSettings, box: Sandbox) -> Lease:
         raise
 
 
-def _stop_worker(hosts_dir: Path, wid: str, stopped: list[int]) -> None:
-    """Kill worker ``wid`` with its browser if it lives (its pid added to ``stopped``), and clear its files."""
+def _stop_host(hosts_dir: Path, wid: str, stopped: list[int]) -> None:
+    """Kill host ``wid`` with its browser if it lives (its pid added to ``stopped``), and clear its files."""
     pid = hostdir.read_pid(hosts_dir, wid)
     if pid is not None and alive(pid):
         kill_tree(pid)
@@ -242,28 +242,28 @@ def _stop_worker(hosts_dir: Path, wid: str, stopped: list[int]) -> None:
 
 
 def stop_idle(hosts_dir: Path) -> int:
-    """Stop the warm workers of ``hosts_dir`` that no step is using now (their lock is free), and clear their
-    files; return how many were stopped. Workers leave by themselves after ``idle_s``; this is for a caller that
+    """Stop the browser hosts of ``hosts_dir`` that no step is using now (their lock is free), and clear their
+    files; return how many were stopped. Hosts leave by themselves after ``idle_s``; this is for a caller that
     is done with them sooner (a benchmark between its runs)."""
     stopped = []
-    for wid in hostdir.worker_ids(hosts_dir):
+    for wid in hostdir.host_ids(hosts_dir):
         fd = hostdir.try_lock(hosts_dir, wid)
         if fd is None:
             continue
-        _stop_worker(hosts_dir, wid, stopped)
+        _stop_host(hosts_dir, wid, stopped)
         os.close(fd)
     _wait_gone(stopped)
-    sweep_all_tmp(hosts_dir)  # the killed workers' browser profiles, and any a worker killed earlier left
+    sweep_all_tmp(hosts_dir)  # the killed hosts' browser profiles, and any a host killed earlier left
     return len(stopped)
 
 
 def stop(hosts_dir: Path) -> int:
-    """Stop every warm worker of ``hosts_dir``, in use or not, and clear their files; return how many ran (the
+    """Stop every browser host of ``hosts_dir``, in use or not, and clear their files; return how many ran (the
     tests clean up with this)."""
     stopped = []
     if hosts_dir.is_dir():
         for pid_file in hosts_dir.glob("*.pid"):
-            _stop_worker(hosts_dir, pid_file.name[:-len(".pid")], stopped)
+            _stop_host(hosts_dir, pid_file.name[:-len(".pid")], stopped)
     _wait_gone(stopped)
     sweep_all_tmp(hosts_dir)
     return len(stopped)

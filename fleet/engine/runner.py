@@ -1,8 +1,8 @@
-"""Run one source for one week in a worker process, with a hard timeout, and store its raw artifact.
+"""Run one source for one week in an attempt process, with a hard timeout, and store its raw artifact.
 
 This is the isolation boundary: whatever the scraper does (raise, hang in asyncio, block in C, crash the
-browser), the caller gets an ``Outcome`` back within ``timeout_s`` plus a few seconds. The worker is a warm one
-(fleet/engine/pool.py), or, for ``own_process`` and ``own_browser`` scrapers and ``workers="fresh"``, a new
+browser), the caller gets an ``Outcome`` back within ``timeout_s`` plus a few seconds. The process is a browser host
+(fleet/engine/pool.py), or, for ``own_process`` and ``own_browser`` scrapers and ``browser_hosts="fresh"``, a new
 one for this attempt alone. Either way, at the limit it is killed with its browser (fleet/engine/supervise.py).
 """
 from __future__ import annotations
@@ -25,7 +25,7 @@ def run_source(source: Source, week: str, *, store: ArtifactStore, run_id: str, 
                deep: bool = False, timeout_s: float | None = None, retry: dict | None = None, refresh: bool = False,
                reexecution: bool = False, forced: str | None = None, log=None, trial: Trial | None = None) -> Outcome:
     """Scrape ``source`` for ``week`` (reusing a stored complete artifact unless ``refresh``), store and return its
-    outcome. ``settings`` says which Chromium to launch and how workers are kept (:class:`EngineSettings`).
+    outcome. ``settings`` says which Chromium to launch and how attempt processes are kept (:class:`EngineSettings`).
 
     ``refresh`` also clears the source's work for the week (checkpoint, seen URLs, spooled rows), once: not on a
     ``reexecution``, the re-execution of a crashed attempt of the same request (Dagster's retry of the step, a
@@ -53,7 +53,7 @@ def run_source(source: Source, week: str, *, store: ArtifactStore, run_id: str, 
     if source.broken:
         return outcome.failed(store, source.name, week, run_id, source.error, "source")
 
-    try:  # the run's own settings (RawConfig, from the UI or a schedule): refused before a worker is taken
+    try:  # the run's own settings (RawConfig, from the UI or a schedule): refused before an attempt process is taken
         timeout = (check_seconds(source.name, "timeout_s (run config)", timeout_s) if timeout_s is not None
                    else float(source.timeout_s))
         RetryPolicy(**(retry or {}))

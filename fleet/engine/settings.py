@@ -1,4 +1,4 @@
-"""The host-level settings a source attempt runs with: which Chromium, where warm workers live, how long they stay."""
+"""The host-level settings a source attempt runs with: which Chromium, where browser hosts live, how long they stay."""
 from __future__ import annotations
 
 import dataclasses
@@ -15,12 +15,13 @@ class EngineSettings:
     """What :func:`fleet.engine.runner.run_source` needs of its host, passed in rather than read from the
     environment, so the Dagster layer can build it from a resource and a test from its own values.
 
-    chromium     the Chromium executable every worker launches (Debian's headless shell by default)
-    hosts_dir  the warm workers' folder (``FLEET_HOME/workers``): their lock, pid, socket and log files
-    workers      ``warm``: workers keep Playwright and their browser between sources; ``fresh``: one per attempt
-    idle_s       a warm worker with nothing to do leaves after this many seconds
-    max_sources  a warm worker leaves after this many sources
-    startup_s    the limit on a new worker getting its browser up (the source's own limit starts after it)
+    chromium     the Chromium executable every attempt process launches (Debian's headless shell by default)
+    hosts_dir    the browser hosts' folder (``FLEET_HOME/workers``): their lock, pid, socket and log files
+    browser_hosts ``warm``: browser hosts keep Playwright and their browser between sources; ``fresh``: an
+                 attempt process of its own per attempt
+    idle_s       a browser host with nothing to do leaves after this many seconds
+    max_sources  a browser host leaves after this many sources
+    startup_s    the limit on a new attempt process getting its browser up (the source's own limit starts after it)
     node_cache   NODE_COMPILE_CACHE for Playwright's Node.js driver (None: Node's default)
     """
 

@@ -1,4 +1,4 @@
-"""One attempt of a source: its id, and the spec its worker reads (what to run, where its files go)."""
+"""One attempt of a source: its id, and the spec its attempt process reads (what to run, where its files go)."""
 from __future__ import annotations
 
 import dataclasses
@@ -71,7 +71,7 @@ class Attempt:
         return self.spec_path
 
     def result(self) -> dict | None:
-        """What the worker reported, if it lived to."""
+        """What the attempt process reported, if it lived to."""
         return json.loads(self.result_path.read_text()) if self.result_path.exists() else None
 
 
