@@ -279,7 +279,6 @@ def test_a_fleet_home_deeper_than_a_unix_socket_path_still_gets_warm_workers(hom
     """The workers' sockets live under FLEET_HOME, and a socket's address holds at most 107 bytes. A home of more
     than ~73 bytes used to make every worker fail to bind (``AF_UNIX path too long``), so every source failed as
     infra and was re-executed, with the cause deep in a traceback."""
-    from fleet.engine import hostdir
     from fleet.engine.procs import SOCKET_PATH_MAX
 
     deep = tmp_path / ("d" * 60) / ("e" * 60) / "home"
@@ -290,7 +289,7 @@ def test_a_fleet_home_deeper_than_a_unix_socket_path_still_gets_warm_workers(hom
     try:
         out, rows = _run(deep, "probe")
         assert out.status == "ok", out.error
-        assert [p.name for p in root.glob("*.sock")] == [f"{w}.sock" for w in hostdir.host_ids(root)]
+        assert [p.name for p in root.glob("*.sock")] == [f"{w}.sock" for w in pool.host_ids(root)]
         out, again = _run(deep, "probe")  # the idle worker is found by its socket and takes the next source
         assert out.status == "ok", out.error
         assert again[0]["pid"] == rows[0]["pid"]

@@ -17,7 +17,7 @@ import threading
 import time
 from pathlib import Path
 
-from fleet.engine import attempt, hostdir
+from fleet.engine import attempt, pool
 from fleet.scraping.discovery import module_name_for
 from fleet.engine.pool import CONNECT_TIMEOUT_S, DONE, GREETING, tmp_root
 from fleet.engine.procs import descendants, group_and_descendants, kill_pids, private_tmp, sweep_tmp, unix_address
@@ -27,17 +27,17 @@ def _retire_if_unclaimed(directory: Path, wid: str) -> bool:
     """Idle for long enough: leave, unless a step has just locked this host to use it."""
     if not (directory / f"{wid}.lock").exists():
         return True
-    fd = hostdir.try_lock(directory, wid)
+    fd = pool.try_lock(directory, wid)
     if fd is None:
         return False
-    hostdir.remove(directory, wid)
+    pool.remove(directory, wid)
     os.close(fd)
     return True
 
 
 def _abort(directory: Path, wid: str) -> None:
     """The step this source runs for is gone: so is the source, with this host, its driver and browser."""
-    hostdir.remove(directory, wid)
+    pool.remove(directory, wid)
     kill_pids(descendants(os.getpid()))
     os._exit(1)
 

@@ -7,7 +7,7 @@ timeout the step kills the host with its driver and browser. A host is reused on
 leaves after ``EngineSettings.max_sources`` sources or ``idle_s`` seconds with nothing to do.
 
 A new host is a new interpreter, ``python -m fleet.engine.host``, in a session of its own. Its files are
-described in fleet/engine/hostdir.py; its temporary files (its browser's profile among them) are in a folder
+described below; its temporary files (its browser's profile among them) are in a folder
 of its own under :func:`tmp_root`, removed by whoever kills it and by the host as it leaves.
 
 Protocol, one connection per source: the host greets with ``fleet-browser-host PID SERVED``, the step sends one
@@ -32,7 +32,7 @@ from pathlib import Path
 
 from fleet import config
 from fleet.errors import FleetError
-from fleet.engine import hostdir, sandbox
+from fleet.engine import sandbox
 from fleet.engine.procs import alive, kill_tree, sweep_tmp, tmp_base, unix_address
 from fleet.engine.sandbox import Sandbox
 from fleet.engine.settings import EngineSettings
@@ -40,6 +40,56 @@ from fleet.engine.settings import EngineSettings
 GREETING = "fleet-browser-host"
 DONE = "\x1efleet-browser-host-done"
 CONNECT_TIMEOUT_S = 10.0
+
+# A host's files in the hosts' folder, per host ``ID``: ``ID.lock`` (its flock held by the step using the host;
+# taken without waiting, so one host serves one source at a time), ``ID.pid``, ``ID.sock`` (its socket, created once
+# its browser is up) and ``ID.log`` (what it writes between sources). A host being started has only ``.ID.lock``
+# until its starter renames it into place, already locked.
+KINDS = ("lock", "pid", "sock", "log")
+
+
+def paths(directory: Path, wid: str) -> dict[str, Path]:
+    return {k: directory / f"{wid}.{k}" for k in KINDS}
+
+
+def remove(directory: Path, wid: str) -> None:
+    for path in paths(directory, wid).values():
+        path.unlink(missing_ok=True)
+
+
+def read_pid(directory: Path, wid: str) -> int | None:
+    try:
+        return int((directory / f"{wid}.pid").read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def host_ids(directory: Path) -> list[str]:
+    """The hosts of ``directory``, by their ``ID.lock`` files, in name order. A host being started (``.ID.lock``)
+    is left out: pathlib's ``*`` matches names beginning with a dot, and a step that locked such a file in the
+    instant before its starter did would take it for a dead host and clear it away."""
+    if not directory.is_dir():
+        return []
+    return sorted(p.name[:-len(".lock")] for p in directory.glob("*.lock") if not p.name.startswith("."))
+
+
+def try_lock(directory: Path, wid: str) -> int | None:
+    """The host's lock, taken without waiting: its descriptor (closing it unlocks), or None if another process
+    holds it or the host's files are gone."""
+    lock = directory / f"{wid}.lock"
+    try:
+        fd = os.open(lock, os.O_RDWR)
+    except FileNotFoundError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        if os.fstat(fd).st_ino != os.stat(lock).st_ino:  # cleared away while we opened it
+            raise FileNotFoundError(lock)
+    except (BlockingIOError, FileNotFoundError):
+        os.close(fd)
+        return None
+    return fd
+
 
 # The hosts this process started, by pid: a step that runs several sources (Dagster's step reuse) can then say
 # how one of them ended in a later lease too, and reaps it.
@@ -126,7 +176,7 @@ class Lease:
             if self.finished is None:  # killed at its limit, or died: nothing of it may live on
                 kill_tree(self.pid)
                 sweep_all_tmp(self.directory, killed=(self.pid,))  # its browser's profile
-            hostdir.remove(self.directory, self.wid)
+            remove(self.directory, self.wid)
             if self.popen is not None:
                 with contextlib.suppress(subprocess.TimeoutExpired):
                     self.popen.wait(5)
@@ -152,10 +202,10 @@ def _connect(directory: Path, wid: str, pid: int, lock_fd: int, new: bool) -> Le
 
 
 def _try_take(directory: Path, wid: str) -> Lease | None:
-    fd = hostdir.try_lock(directory, wid)
+    fd = try_lock(directory, wid)
     if fd is None:
         return None
-    pid = hostdir.read_pid(directory, wid)
+    pid = read_pid(directory, wid)
     if pid is not None and alive(pid) and not (directory / f"{wid}.sock").exists():
         os.close(fd)  # still starting up for a step that gave up on it; it will idle out
         return None
@@ -164,7 +214,7 @@ def _try_take(directory: Path, wid: str) -> Lease | None:
             return _connect(directory, wid, pid, fd, False)
         except (OSError, ValueError):
             kill_tree(pid)  # alive but not answering: it is ours to clear, we hold its lock
-    hostdir.remove(directory, wid)
+    remove(directory, wid)
     os.close(fd)
     return None
 
@@ -177,7 +227,7 @@ def lease(settings: EngineSettings, box: Sandbox | None = None) -> Lease:
     for pid, popen in list(_children.items()):  # reap the ones that left since
         if popen.poll() is not None:
             del _children[pid]
-    for wid in hostdir.host_ids(directory):
+    for wid in host_ids(directory):
         taken = _try_take(directory, wid)
         if taken is not None:
             return taken
@@ -188,7 +238,7 @@ def _start(settings: EngineSettings, box: Sandbox) -> Lease:
     """A new host, leased to the caller once its browser is up; as the sandbox's user when it has one."""
     directory = settings.hosts_dir
     wid = uuid.uuid4().hex[:12]
-    files = hostdir.paths(directory, wid)
+    files = paths(directory, wid)
     # The lock appears already held (renamed into place), so no other step can take a half-started host.
     tmp_lock = directory / f".{wid}.lock"
     fd = os.open(tmp_lock, os.O_CREAT | os.O_RDWR, 0o600)
@@ -224,7 +274,7 @@ def _start(settings: EngineSettings, box: Sandbox) -> Lease:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 popen.wait(5)
                 _children.pop(popen.pid, None)
-        hostdir.remove(directory, wid)
+        remove(directory, wid)
         tmp_lock.unlink(missing_ok=True)
         os.close(fd)
         if isinstance(exc, (OSError, ValueError)):
@@ -234,11 +284,11 @@ def _start(settings: EngineSettings, box: Sandbox) -> Lease:
 
 def _stop_host(hosts_dir: Path, wid: str, stopped: list[int]) -> None:
     """Kill host ``wid`` with its browser if it lives (its pid added to ``stopped``), and clear its files."""
-    pid = hostdir.read_pid(hosts_dir, wid)
+    pid = read_pid(hosts_dir, wid)
     if pid is not None and alive(pid):
         kill_tree(pid)
         stopped.append(pid)
-    hostdir.remove(hosts_dir, wid)
+    remove(hosts_dir, wid)
 
 
 def stop_idle(hosts_dir: Path) -> int:
@@ -246,8 +296,8 @@ def stop_idle(hosts_dir: Path) -> int:
     files; return how many were stopped. Hosts leave by themselves after ``idle_s``; this is for a caller that
     is done with them sooner (a benchmark between its runs)."""
     stopped = []
-    for wid in hostdir.host_ids(hosts_dir):
-        fd = hostdir.try_lock(hosts_dir, wid)
+    for wid in host_ids(hosts_dir):
+        fd = try_lock(hosts_dir, wid)
         if fd is None:
             continue
         _stop_host(hosts_dir, wid, stopped)
