@@ -273,7 +273,7 @@ def scraper_dirs() -> list[Path]:
     return dirs
 
 
-# The scrape engine's (fleet/scraping): what its processes read of their environment, and what they pass on.
+# The scrape engine's (fleet/engine): what its processes read of their environment, and what they pass on.
 def process_env() -> dict[str, str]:
     """This process's environment, for a process it starts (an attempt process, a browser host, a probe of the
     sandbox's user): the one place it is handed on whole."""
