@@ -79,7 +79,7 @@ def classify(source: Source, attempt: Attempt, seen: Supervised, *, timeout: flo
     if seen.timed_out:
         from fleet.engine.attempt import IMPORTING  # the phase the attempt process wrote into its ready file
 
-        ready = attempt.ready_path
+        ready = attempt.path("ready_path")
         phase = ready.read_text().splitlines()[1:2] if ready.exists() else []
         doing = (f"its module {source.module_path} did not finish importing"
                  if phase and phase[0].startswith(IMPORTING) else "timed out")

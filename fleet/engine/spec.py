@@ -42,37 +42,18 @@ class Attempt:
     work: Path
     spec: dict
 
-    @property
-    def spec_path(self) -> Path:
-        return self.work / f"spec-{self.id}.json"
-
-    @property
-    def ready_path(self) -> Path:
-        return Path(self.spec["ready_path"])
-
-    @property
-    def result_path(self) -> Path:
-        return Path(self.spec["result_path"])
-
-    @property
-    def stack_path(self) -> Path:
-        return Path(self.spec["stack_path"])
-
-    @property
-    def progress_path(self) -> Path:
-        return Path(self.spec["progress_path"])
-
-    @property
-    def output_path(self) -> Path:
-        return self.work / f"output-{self.id}.log"
+    def path(self, key: str) -> Path:
+        """One of the attempt's files named in its spec: ``ready_path``, ``result_path``, ``stack_path``, ..."""
+        return Path(self.spec[key])
 
     def write_spec(self) -> Path:
-        self.spec_path.write_text(json.dumps(self.spec))
-        return self.spec_path
+        (path := self.work / f"spec-{self.id}.json").write_text(json.dumps(self.spec))
+        return path
 
     def result(self) -> dict | None:
         """What the attempt process reported, if it lived to."""
-        return json.loads(self.result_path.read_text()) if self.result_path.exists() else None
+        done = self.path("result_path")
+        return json.loads(done.read_text()) if done.exists() else None
 
 
 def new_attempt(source: Source, week: str, *, store: ArtifactStore, run_id: str, deep: bool, timeout: float,
@@ -88,6 +69,7 @@ def new_attempt(source: Source, week: str, *, store: ArtifactStore, run_id: str,
         "ready_path": str(work / f"ready-{attempt}"),
         "progress_path": str(work / f"last_url-{attempt}.txt"),
         "stack_path": str(work / f"stack-{attempt}.txt"),
+        "output_path": str(work / f"output-{attempt}.log"),
         "evidence_dir": str(store.local_dir(week, keys.evidence_key(source.name))),
         "node_cache": str(settings.node_cache or ""),
         "tmp_root": str(tmp_root(settings.hosts_dir, sandbox.for_attempt(settings, source.module_path).uid)),

@@ -69,21 +69,22 @@ def supervise(proc, attempt: Attempt, *, how: str, timeout: float, startup_s: fl
     out = Supervised()
     try:
         log_line(f"{prefix} attempt in process {proc.pid} ({how}; limit {timeout:g}s)")
-        pump_thread = threading.Thread(target=_pump, args=(proc, attempt.output_path, log_line, prefix), daemon=True)
+        pump_thread = threading.Thread(target=_pump, args=(proc, attempt.path("output_path"), log_line, prefix),
+                                       daemon=True)
         pump_thread.start()
         ready_at = None
         try:
             # The limit runs from the moment the browser is up; start-up itself has its own, generous limit.
             while proc.poll() is None:
                 now = time.monotonic()
-                if ready_at is None and attempt.ready_path.exists():
+                if ready_at is None and attempt.path("ready_path").exists():
                     ready_at = now
                 if ready_at is None and now - started > startup_s:
                     out.startup_failed = True
                     break
                 if ready_at is not None and now - ready_at > timeout:
                     out.timed_out = True
-                    dump_stack(proc, attempt.stack_path)  # what it is stuck in, before it is killed
+                    dump_stack(proc, attempt.path("stack_path"))  # what it is stuck in, before it is killed
                     break
                 # Until the process is ready, look for its ready file every 50 ms; after that, nothing is left to
                 # watch but its end and the limit, so wait for whichever comes first.
