@@ -101,21 +101,21 @@ def runner_only(directory: str, week: str, cap: str) -> None:
     from pathlib import Path
 
     from fleet.config import settings
-    from fleet.scraping import pool
+    from fleet.engine import pool
     from fleet.scraping.discovery import discover
-    from fleet.scraping.runner import run_source
-    from fleet.scraping.settings import WorkerSettings
+    from fleet.engine.runner import run_source
+    from fleet.engine.settings import EngineSettings
     from fleet.storage.open import open_store
     s = settings()
     sources = discover([Path(directory)])
     store = open_store(s.store_url, s.artifact_cache)
-    ws = WorkerSettings.from_env()
+    ws = EngineSettings.from_env()
     t = time.perf_counter()
     with ThreadPoolExecutor(int(cap)) as threads:
         outs = list(threads.map(lambda src: run_source(src, week, store=store, run_id="bench-runner-only",
                                                        settings=ws), sources))
     op = time.perf_counter() - t
-    pool.stop_idle(ws.workers_dir)
+    pool.stop_idle(ws.hosts_dir)
     print(json.dumps({"op_s": op, "ok": sum(o.status == "ok" for o in outs), "rows": sum(o.rows for o in outs),
                       "not_ok": {o.source: f"{o.status} ({o.category}): {o.error}" for o in outs if o.status != "ok"}}))
 
@@ -126,19 +126,19 @@ def deep_phase(root: str, deep: str) -> None:
     from pathlib import Path
 
     from fleet.config import PROJECT_ROOT
-    from fleet.scraping import pool
+    from fleet.engine import pool
     from fleet.scraping.discovery import discover
-    from fleet.scraping.runner import run_source
-    from fleet.scraping.settings import WorkerSettings
+    from fleet.engine.runner import run_source
+    from fleet.engine.settings import EngineSettings
     from fleet.storage.store import LocalArtifactStore
     os.environ["FLEET_HOME"] = root
     shops = next(s for s in discover([PROJECT_ROOT / "scrapers"]) if s.name == "shops")
-    ws = WorkerSettings.from_env()
+    ws = EngineSettings.from_env()
     t = time.perf_counter()
     out = run_source(shops, "2026-11-16", store=LocalArtifactStore(Path(root) / "artifacts"), run_id="bench",
                      deep=deep == "1", refresh=True, settings=ws)
     op = time.perf_counter() - t
-    pool.stop_idle(ws.workers_dir)  # otherwise its warm worker idles for FLEET_WORKER_IDLE_S
+    pool.stop_idle(ws.hosts_dir)  # otherwise its warm worker idles for FLEET_BROWSER_HOST_IDLE_S
     print(json.dumps({"op_s": op, "status": out.status, "rows": out.rows, "pages": out.pages}))
 
 

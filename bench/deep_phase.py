@@ -1,5 +1,5 @@
 """deep_phase: the demo's heavy source (shops) with its expensive phase (a detail page per shop) on vs off.
-Both run `fleet.scraping.runner.run_source` (worker, browser, spool, parquet) in a fresh process against the
+Both run `fleet.engine.runner.run_source` (worker, browser, spool, parquet) in a fresh process against the
 demo sites. There is no goal: the ratio says what turning on ``--deep shops`` costs."""
 from __future__ import annotations
 

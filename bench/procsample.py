@@ -22,15 +22,15 @@ def kind(args: list[str]) -> str:
     line = " ".join(args)
     if not line.strip():
         return "kernel thread or zombie"
-    for marker, name in (("fleet.scraping.server", "python warm worker"),
-                         ("fleet.scraping.worker", "python worker of one attempt"),
+    for marker, name in (("fleet.engine.host", "python warm worker"),
+                         ("fleet.engine.attempt", "python worker of one attempt"),
                          ("playwright/driver/node", "playwright node driver")):
         if marker in line:  # before "chromium": their command lines name the Chromium binary
             return name
     if "chromium" in line:
         return "chromium " + next((k for k in CHROMIUM_KINDS if k in line), "browser")
     for marker, name in (("forkserver", "python forkserver, steps, forked workers"),
-                         ("fleet.scraping.worker", "python worker (new interpreter)"),
+                         ("fleet.engine.attempt", "python worker (new interpreter)"),
                          ("bin/fleet", "python fleet command (run worker)"), ("git", "git")):
         if marker in line:
             return name

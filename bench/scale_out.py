@@ -115,7 +115,7 @@ def _worker(env: dict, home: Path, name: str) -> subprocess.Popen:
 
 
 def _stop(proc: subprocess.Popen, home: Path) -> None:
-    from fleet.scraping import pool
+    from fleet.engine import pool
 
     if proc.poll() is None:
         os.killpg(proc.pid, signal.SIGTERM)
@@ -229,7 +229,7 @@ def run(quick: bool, repeats: int) -> dict:
             env.update(PYTHONPATH=str(ROOT), FLEET_START_WEEK="2026-01-05", FLEET_EXECUTOR="celery",
                        FLEET_CELERY_BROKER=redis.url, FLEET_POSTGRES_URL=pg.url, FLEET_DEMO_URL=sites.url,
                        FLEET_SCRAPERS_DIR=str(sources), FLEET_DATA_REMOTE=str(remote),
-                       FLEET_ARTIFACTS=str(tmp / "artifacts"), FLEET_WORKER_IDLE_S="10")
+                       FLEET_ARTIFACTS=str(tmp / "artifacts"), FLEET_BROWSER_HOST_IDLE_S="10")
             one_w = one(tmp, env, 1, "2026-10-05", sites)
             two_w = one(tmp, env, 2, "2026-10-12", sites)
         speedup = one_w["wall_s"] / two_w["wall_s"]

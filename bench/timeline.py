@@ -3,7 +3,7 @@ event log after `fleet run` (the home is `FLEET_HOME`'s, as for every fleet comm
 
 For each of the week's runs, in the order they were created: when it was created, when its first step
 started, when its last step ended. Then the scraping itself: each source's time in one of the cap's slots, from its
-worker taking the source (the `worker N started` line its step logs) to the end of its scrape (its outcome's
+worker taking the source (the `attempt in process N` line its step logs) to the end of its scrape (its outcome's
 `seconds`), and what that says about the week's length. With sources of about equal length, a week of n
 sources at a cap of c ends when the slot that started last has run its n/c sources in a row: the time until
 all c slots are busy is paid once, on top of n/c sources' time. Times are seconds from the first run's
@@ -18,7 +18,7 @@ import re
 import statistics
 import sys
 
-WORKER_LINE = re.compile(r"\[(?P<source>[a-z][a-z0-9_]*)\] worker (?P<pid>\d+) started \((?P<how>[^;,)]+)[;,)]")
+WORKER_LINE = re.compile(r"\[(?P<source>[a-z][a-z0-9_]*)\] attempt in process (?P<pid>\d+) \((?P<how>[^;,)]+)[;,)]")
 
 
 def occupancy(intervals: list[tuple[float, float]], cap: int) -> dict:

@@ -27,7 +27,7 @@ def _become_subreaper() -> None:
 
 
 def _children(pid: int) -> list[int]:
-    # The kernel's per-thread child lists, not fleet.scraping.procs.descendants: that reads every /proc entry,
+    # The kernel's per-thread child lists, not fleet.engine.procs.descendants: that reads every /proc entry,
     # too much to do ten times a second beside the command being measured.
     out = []
     try:

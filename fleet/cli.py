@@ -34,8 +34,8 @@ def resolve_week(week: str | None, option: str = "--week") -> str:
 
 
 def say_sandbox(home: Path, echo=click.echo) -> None:
-    """One line at start when the browser sandbox is off (fleet/scraping/sandbox.py), and why."""
-    from fleet.scraping import sandbox
+    """One line at start when the browser sandbox is off (fleet/engine/sandbox.py), and why."""
+    from fleet.engine import sandbox
 
     home.mkdir(parents=True, exist_ok=True)  # the steps judge the sandbox with FLEET_HOME there: so does this
     line = sandbox.describe(sandbox.current(home, scraper_dirs()))

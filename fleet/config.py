@@ -189,14 +189,27 @@ def git_config_count() -> int:  # config entries already given to git through th
     return env_number("GIT_CONFIG_COUNT", 0, int)
 
 
-# Read where they are used (the workers and the runner), and checked by settings() before anything
-# runs: a bad value used to surface only inside each worker, as every source failing as infra.
-def worker_idle_s() -> float:
-    return env_number("FLEET_WORKER_IDLE_S", 30.0)
+def _renamed(old: str, new: str) -> None:
+    """A setting under its old name would otherwise be ignored without a word."""
+    if old in os.environ:
+        raise FleetError(f"{old} is now called {new}; set {new} instead")
 
 
-def worker_max_sources() -> int:
-    return env_number("FLEET_WORKER_MAX_SOURCES", 50, int, minimum=1)
+# Read where they are used (the browser hosts and the runner), and checked by settings() before anything
+# runs: a bad value used to surface only inside each attempt process, as every source failing as infra.
+def browser_hosts() -> str:
+    _renamed("FLEET_WORKERS", "FLEET_BROWSER_HOSTS")
+    return env_choice("FLEET_BROWSER_HOSTS", "warm", ("warm", "fresh"))
+
+
+def browser_host_idle_s() -> float:
+    _renamed("FLEET_WORKER_IDLE_S", "FLEET_BROWSER_HOST_IDLE_S")
+    return env_number("FLEET_BROWSER_HOST_IDLE_S", 30.0)
+
+
+def browser_host_max_sources() -> int:
+    _renamed("FLEET_WORKER_MAX_SOURCES", "FLEET_BROWSER_HOST_MAX_SOURCES")
+    return env_number("FLEET_BROWSER_HOST_MAX_SOURCES", 50, int, minimum=1)
 
 
 def browser_startup_s() -> float:
@@ -303,9 +316,9 @@ def settings() -> Settings:
         raise FleetError(f"FLEET_DATA_PREFIX must be a relative folder inside the repository, got {prefix!r}")
     if not prefix.endswith("/"):
         prefix += "/"
-    workers = env_choice("FLEET_WORKERS", "warm", ("warm", "fresh"))
+    workers = browser_hosts()
     max_parallel = env_number("FLEET_MAX_PARALLEL", 10, int, minimum=1)
-    for check in (worker_idle_s, worker_max_sources, browser_startup_s, block_markers, politeness,
+    for check in (browser_host_idle_s, browser_host_max_sources, browser_startup_s, block_markers, politeness,
                   freshness_deadline, alert_webhook, _check_slack, demo_latency_ms, git_config_count):
         check()
     return Settings(

@@ -53,7 +53,7 @@ def fleet_env(tmp_path):
                FLEET_START_WEEK="2026-01-05", PYTHONPATH=str(ROOT))
     yield SimpleNamespace(env=env, home=home, remote=remote, tree_before=ls_tree(remote), tmp=tmp_path)
     # A test that ran sources outside `fleet run` (the UI, run_source) leaves warm workers idling.
-    from fleet.scraping import pool
+    from fleet.engine import pool
     pool.stop(home / "workers")
 
 
@@ -74,7 +74,7 @@ class Lines:
 def scrape_home(tmp_path, monkeypatch):
     """A FLEET_HOME and no other FLEET_ setting, for tests that call the runner and the pool directly; the warm
     workers they leave are stopped afterwards."""
-    from fleet.scraping import pool
+    from fleet.engine import pool
 
     home = tmp_path / "home"
     home.mkdir()

@@ -10,10 +10,10 @@ from pathlib import Path
 import polars as pl
 
 from fleet.config import CHROMIUM_ARGS, chromium_path
-from fleet.scraping import pool, worker
+from fleet.engine import attempt, pool
 from fleet.scraping.discovery import discover
-from fleet.scraping.procs import alive, descendants, stat_fields
-from fleet.scraping.runner import WorkerSettings, run_source
+from fleet.engine.procs import alive, descendants, stat_fields
+from fleet.engine.runner import EngineSettings, run_source
 from fleet.storage.store import LocalArtifactStore, rows_key
 from fleet_tests.conftest import ROOT, WEEK, Lines
 
@@ -54,7 +54,7 @@ def test_a_worker_launches_its_own_chromium_with_fleets_switches_and_knows_how_i
 
     async def closed_by_close():
         others = now()
-        async with worker.open_browser(chromium_path()) as own:
+        async with attempt.open_browser(chromium_path()) as own:
             pid, argv = this_browser(others)
             real = os.path.realpath(f"/proc/{pid}/exe")
             assert "chromium" in os.path.basename(real), real
@@ -67,7 +67,7 @@ def test_a_worker_launches_its_own_chromium_with_fleets_switches_and_knows_how_i
 
     async def closed_by_kill():
         others = now()
-        async with worker.open_browser(chromium_path()) as own:
+        async with attempt.open_browser(chromium_path()) as own:
             pid, _ = this_browser(others)
             os.kill(pid, 9)
             for _ in range(100):
@@ -89,7 +89,7 @@ def test_a_browser_killer_costs_the_other_sources_in_flight_nothing(scrape_home,
     counters = tmp_path / "counters"
     counters.mkdir()
     monkeypatch.setenv("FLEET_TEST_COUNTER_DIR", str(counters))
-    settings = WorkerSettings.from_env(scrape_home)
+    settings = EngineSettings.from_env(scrape_home)
     store = LocalArtifactStore(scrape_home / "artifacts")
     sources = {s.name: s for s in discover([SCRAPERS])}
     log, outcomes = Lines(), {}
@@ -109,9 +109,9 @@ def test_a_browser_killer_costs_the_other_sources_in_flight_nothing(scrape_home,
     for name in ("slow_1", "slow_2", "own"):
         assert (outcomes[name].status, outcomes[name].rows) == ("ok", 8), outcomes[name]
         assert store.read_parquet(WEEK, rows_key(outcomes[name].to_json())).height == 8
-    started = dict(re.findall(r"\[(\w+)\] worker (\d+) started", str(log)))
-    assert len(set(started.values())) == 4, started  # a worker each
-    assert "(a worker of its own;" in next(line for line in log.lines if "[own] worker" in line)
+    started = dict(re.findall(r"\[(\w+)\] attempt in process (\d+) \(", str(log)))
+    assert len(set(started.values())) == 4, started  # a process each
+    assert "(an attempt process of its own;" in next(line for line in log.lines if "[own] attempt in process" in line)
     [(worker_pid, chromium_pid)] = [tuple(map(int, line.split()))
                                     for line in (counters / "killed_chromium").read_text().splitlines()]
     assert worker_pid == int(started["kills_browser"])
@@ -119,4 +119,4 @@ def test_a_browser_killer_costs_the_other_sources_in_flight_nothing(scrape_home,
     while alive(worker_pid) or alive(chromium_pid):  # its worker is not reused: it is gone, with its browser
         assert time.monotonic() < deadline, "the killer's worker is still alive"
         time.sleep(0.1)
-    assert pool.stop(settings.workers_dir) == 2  # the slow sources' warm workers, idle
+    assert pool.stop(settings.hosts_dir) == 2  # the slow sources' warm workers, idle

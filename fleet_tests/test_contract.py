@@ -205,7 +205,7 @@ def test_a_bad_retry_attempts_reaching_the_worker_fails_before_the_browser_is_us
     """RawConfig.retry_attempts reaches the worker as spec["retry"]; 0 used to end in AssertionError('unreachable')
     at the first transient error of ctx.goto. The runner refuses it before a worker is taken (test_runner's
     test_a_bad_run_config_fails_its_source_before_a_worker_is_taken); the worker still refuses it by itself."""
-    from fleet.scraping import worker
+    from fleet.engine import attempt as worker
 
     (tmp_path / "one.py").write_text(GOOD.format(name="one"))
     spec = {"source": "one", "module_path": str(tmp_path / "one.py"), "class_name": "Good", "timeout_s": 30,

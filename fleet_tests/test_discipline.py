@@ -193,10 +193,10 @@ def test_bad_settings_are_refused_naming_the_setting_before_anything_runs(fleet_
     (not_git / "notes.txt").write_text("x")
     cases = {
         "FLEET_CHROMIUM": (str(fleet_env.tmp), "is not an executable file"),  # a folder passes os.access(X_OK)
-        "FLEET_WORKER_IDLE_S": ("abc", "must be a number, got 'abc'"),
-        "FLEET_WORKER_MAX_SOURCES": ("0", "must be at least 1, got 0"),
+        "FLEET_BROWSER_HOST_IDLE_S": ("abc", "must be a number, got 'abc'"),
+        "FLEET_BROWSER_HOST_MAX_SOURCES": ("0", "must be at least 1, got 0"),
         "FLEET_BROWSER_STARTUP_S": ("0", "must be at least 1, got 0"),
-        "FLEET_WORKERS": ("tepid", "must be 'warm' or 'fresh', got 'tepid'"),
+        "FLEET_BROWSER_HOSTS": ("tepid", "must be 'warm' or 'fresh', got 'tepid'"),
         "FLEET_COMPUTE_LOGS": ("maybe", "must be 1 or 0, got 'maybe'"),
         "FLEET_MAX_PARALLEL": ("0", "must be at least 1, got 0"),
         "FLEET_RUN_MONITOR_S": ("0", "must be at least 1, got 0"),

@@ -44,7 +44,7 @@ def test_faulty_sources_cost_only_themselves(fleet_env):
     assert 5 <= float(lines["hang_blocking"][4]) <= 5 + 5, lines["hang_blocking"]
     # the step kills the worker with its browser
     blocked = (fleet_env.home / "artifacts" / WEEK / "evidence" / "hang_blocking" / "error.txt").read_text()
-    assert "its worker and browser were killed" in blocked, blocked
+    assert "its attempt process and browser were killed" in blocked, blocked
 
     # browser failures keep a screenshot and the page HTML with the week's artifacts
     evidence = fleet_env.home / "artifacts" / WEEK / "evidence"

@@ -3,7 +3,7 @@
 import os
 import time
 
-from fleet.scraping.procs import alive
+from fleet.engine.procs import alive
 from fleet_tests.conftest import WEEK, committed_frame, run_fleet
 from fleet_tests.gitremote import log, ls_tree
 
@@ -12,7 +12,7 @@ DEMO_ROWS = {"books": 24, "catalog": 40, "jobs": 35, "parts": 18, "shops": 15, "
 
 def test_demo_week_makes_two_lfs_commits_and_reruns_make_none(fleet_env):
     before = log(fleet_env.remote)
-    env = {**fleet_env.env, "FLEET_WORKER_IDLE_S": "3"}
+    env = {**fleet_env.env, "FLEET_BROWSER_HOST_IDLE_S": "3"}
     res = run_fleet(env, "demo", "--week", "2026-W47", "--force")
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     commits = log(fleet_env.remote)
@@ -36,9 +36,9 @@ def test_demo_week_makes_two_lfs_commits_and_reruns_make_none(fleet_env):
     assert committed_frame(fleet_env.remote, f"data/{WEEK}/processed.parquet").height > 0
     for name in DEMO_ROWS:
         assert f"\n{name:<20} ok" in res.stdout
-    # the warm workers leave on their own once idle for FLEET_WORKER_IDLE_S, whoever drove the week, and so do
+    # the warm workers leave on their own once idle for FLEET_BROWSER_HOST_IDLE_S, whoever drove the week, and so do
     # their browsers' profiles, which Playwright only removes when a browser closes (procs.private_tmp)
-    from fleet.scraping.pool import tmp_root
+    from fleet.engine.pool import tmp_root
     deadline = time.monotonic() + 60
     while _live_pids(fleet_env.home / "workers") or tmp_root(fleet_env.home / "workers").exists():
         assert time.monotonic() < deadline, (_live_pids(fleet_env.home / "workers"), "workers outlived their idle limit")

@@ -1,4 +1,4 @@
-"""Warm workers (fleet/scraping/pool.py, server.py), through real Chromium: reused only after a clean finish, each
+"""Browser hosts (fleet/engine/pool.py, host.py), through real Chromium: reused only after a clean finish, each
 source in a fresh context with its step's environment and a fresh import of its module, and never outliving its
 step."""
 import os
@@ -12,12 +12,12 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from fleet.config import worker_idle_s
+from fleet.config import browser_host_idle_s
 from fleet.errors import FleetError
-from fleet.scraping import pool
+from fleet.engine import pool
 from fleet.scraping.discovery import discover
-from fleet.scraping.procs import alive, descendants
-from fleet.scraping.runner import WorkerSettings, run_source
+from fleet.engine.procs import alive, descendants
+from fleet.engine.runner import EngineSettings, run_source
 from fleet.storage.store import LocalArtifactStore, rows_key
 from fleet_tests.conftest import ROOT, WEEK, Lines
 
@@ -33,7 +33,7 @@ def home(scrape_home, tmp_path, monkeypatch):
 def _run(home, name, log=None):
     source = {s.name: s for s in discover([SCRAPERS])}[name]
     store = LocalArtifactStore(home / "artifacts")
-    out = run_source(source, WEEK, store=store, run_id="test", settings=WorkerSettings.from_env(home), refresh=True,
+    out = run_source(source, WEEK, store=store, run_id="test", settings=EngineSettings.from_env(home), refresh=True,
                      log=log)
     rows = store.read_parquet(WEEK, rows_key(out.to_json())).to_dicts() if out.status == "ok" else []
     return out, rows
@@ -92,15 +92,15 @@ def test_a_worker_is_reused_only_after_a_clean_finish(home, tmp_path):
     out, rows = _run(home, "leaky", log)
     leaky = rows[0]["pid"]
     assert out.status == "ok" and leaky != first
-    assert "left task left-running running; this worker will not be reused" in str(log)
+    assert "left task left-running running; this browser host will not be reused" in str(log)
     _wait_dead(leaky)
     # own_process: a worker of its own, never a warm one
     out, rows = _run(home, "loner", log)
-    assert out.status == "ok" and "[loner] worker" in str(log) and "(a worker of its own;" in str(log)
+    assert out.status == "ok" and "[loner] attempt in process" in str(log) and "(an attempt process of its own;" in str(log)
     _wait_dead(rows[0]["pid"])
     out, rows = _run(home, "probe", log)
     assert out.status == "ok" and rows[0]["pid"] not in (first, leaky)
-    assert "(a new warm worker;" in str(log)
+    assert "(a new browser host;" in str(log)
     files = _files(home)  # only the idle worker's: the killed and retired ones were cleared away
     assert len({f.split(".")[0] for f in files}) == 1, files
     assert sorted(f.split(".")[1] for f in files) == ["lock", "log", "pid", "sock"]
@@ -125,9 +125,9 @@ def test_a_reused_worker_still_finds_the_processes_its_source_left_behind(home):
     assert out.status == "ok" and rows[0]["pid"] == first  # the same, reused worker
     child, detached = rows[0]["child"], rows[0]["detached"]
     assert (f"left process {child} (sleep 3600, now killed), process {detached} (sleep 3601, now killed) running; "
-            f"this worker will not be reused") in str(log) or (
+            f"this browser host will not be reused") in str(log) or (
             f"left process {detached} (sleep 3601, now killed), process {child} (sleep 3600, now killed) running; "
-            f"this worker will not be reused") in str(log), str(log)
+            f"this browser host will not be reused") in str(log), str(log)
     _wait_dead(child)
     _wait_dead(detached)
     _wait_dead(first)
@@ -136,11 +136,11 @@ def test_a_reused_worker_still_finds_the_processes_its_source_left_behind(home):
 def test_a_warm_worker_dies_with_its_step(home, tmp_path):
     """The step process is SIGKILLed mid-source: the worker, its driver and its Chromium go too, at once."""
     code = ("from pathlib import Path; from fleet.scraping.discovery import discover;"
-            "from fleet.scraping.runner import run_source; from fleet.storage.store import LocalArtifactStore;"
-            "from fleet.scraping.settings import WorkerSettings;"
+            "from fleet.engine.runner import run_source; from fleet.storage.store import LocalArtifactStore;"
+            "from fleet.engine.settings import EngineSettings;"
             f"s = {{x.name: x for x in discover([Path({str(SCRAPERS)!r})])}}['lingers'];"
             f"run_source(s, {WEEK!r}, store=LocalArtifactStore({str(home / 'artifacts')!r}), run_id='t',"
-            f" settings=WorkerSettings.from_env(Path({str(home)!r})))")
+            f" settings=EngineSettings.from_env(Path({str(home)!r})))")
     step = subprocess.Popen([sys.executable, "-c", code], env={**os.environ, "PYTHONPATH": str(ROOT)})
     marker = tmp_path / "lingers.pid"
     deadline = time.monotonic() + 90
@@ -165,13 +165,13 @@ def test_a_private_tmp_lives_as_long_as_its_process(tmp_path, monkeypatch, reque
     import shutil
     import tempfile
 
-    from fleet.scraping import procs
-    from fleet.scraping.procs import private_tmp, sweep_tmp
+    from fleet.engine import procs
+    from fleet.engine.procs import private_tmp, sweep_tmp
 
     short = Path(tempfile.mkdtemp(prefix="fleet-test-"))  # tmp_path is too deep for a TMPDIR Chromium accepts
     request.addfinalizer(lambda: shutil.rmtree(short, ignore_errors=True))
     base = short / "tmp"
-    code = ("import sys, tempfile, time; from pathlib import Path; from fleet.scraping.procs import private_tmp;"
+    code = ("import sys, tempfile, time; from pathlib import Path; from fleet.engine.procs import private_tmp;"
             "own = private_tmp(Path(sys.argv[1])); print(own, tempfile.mkdtemp(), flush=True); time.sleep(600)")
     child = subprocess.Popen([sys.executable, "-c", code, str(base)], stdout=subprocess.PIPE, text=True,
                              env={**os.environ, "PYTHONPATH": str(ROOT)})
@@ -209,7 +209,7 @@ def test_a_private_tmp_lives_as_long_as_its_process(tmp_path, monkeypatch, reque
 
 
 def test_an_idle_worker_leaves_by_itself(home, monkeypatch):
-    monkeypatch.setenv("FLEET_WORKER_IDLE_S", "1")
+    monkeypatch.setenv("FLEET_BROWSER_HOST_IDLE_S", "1")
     out, rows = _run(home, "probe")
     assert out.status == "ok"
     _wait_dead(rows[0]["pid"], seconds=20)
@@ -248,24 +248,38 @@ def test_stop_idle_leaves_a_worker_in_use_alone(home, tmp_path):
 
 
 def test_bad_worker_settings_are_clear_errors(monkeypatch, tmp_path):
-    monkeypatch.setenv("FLEET_WORKERS", "pooled")
-    with pytest.raises(FleetError, match="FLEET_WORKERS must be 'warm' or 'fresh', got 'pooled'"):
-        WorkerSettings.from_env(tmp_path)
-    monkeypatch.setenv("FLEET_WORKER_IDLE_S", "soon")
-    with pytest.raises(FleetError, match="FLEET_WORKER_IDLE_S must be a number, got 'soon'"):
-        worker_idle_s()
-    with pytest.raises(FleetError, match="workers must be 'warm' or 'fresh', got 'pooled'"):
-        WorkerSettings(chromium="/bin/true", workers_dir=tmp_path, workers="pooled")
+    monkeypatch.setenv("FLEET_BROWSER_HOSTS", "pooled")
+    with pytest.raises(FleetError, match="FLEET_BROWSER_HOSTS must be 'warm' or 'fresh', got 'pooled'"):
+        EngineSettings.from_env(tmp_path)
+    monkeypatch.setenv("FLEET_BROWSER_HOST_IDLE_S", "soon")
+    with pytest.raises(FleetError, match="FLEET_BROWSER_HOST_IDLE_S must be a number, got 'soon'"):
+        browser_host_idle_s()
+    with pytest.raises(FleetError, match="browser_hosts must be 'warm' or 'fresh', got 'pooled'"):
+        EngineSettings(chromium="/bin/true", hosts_dir=tmp_path, browser_hosts="pooled")
     with pytest.raises(FleetError, match="max_sources must be a number of at least 1, got 0"):
-        WorkerSettings(chromium="/bin/true", workers_dir=tmp_path, max_sources=0)
+        EngineSettings(chromium="/bin/true", hosts_dir=tmp_path, max_sources=0)
+
+
+@pytest.mark.parametrize("old,new,value", [("FLEET_WORKERS", "FLEET_BROWSER_HOSTS", "warm"),
+                                            ("FLEET_WORKER_IDLE_S", "FLEET_BROWSER_HOST_IDLE_S", "30"),
+                                            ("FLEET_WORKER_MAX_SOURCES", "FLEET_BROWSER_HOST_MAX_SOURCES", "50")])
+def test_an_old_browser_host_setting_is_refused_in_one_line_naming_the_new_one(monkeypatch, tmp_path, old, new, value):
+    from fleet.config import settings
+
+    monkeypatch.setenv("FLEET_HOME", str(tmp_path))
+    settings()  # without the old name, the same environment is accepted
+    monkeypatch.setenv(old, value)
+    for read in (lambda: EngineSettings.from_env(tmp_path), settings):
+        with pytest.raises(FleetError) as refused:
+            read()
+        assert str(refused.value) == f"{old} is now called {new}; set {new} instead"
 
 
 def test_a_fleet_home_deeper_than_a_unix_socket_path_still_gets_warm_workers(home, tmp_path, monkeypatch):
     """The workers' sockets live under FLEET_HOME, and a socket's address holds at most 107 bytes. A home of more
     than ~73 bytes used to make every worker fail to bind (``AF_UNIX path too long``), so every source failed as
     infra and was re-executed, with the cause deep in a traceback."""
-    from fleet.scraping import workerdir
-    from fleet.scraping.procs import SOCKET_PATH_MAX
+    from fleet.engine.procs import SOCKET_PATH_MAX
 
     deep = tmp_path / ("d" * 60) / ("e" * 60) / "home"
     deep.mkdir(parents=True)
@@ -275,7 +289,7 @@ def test_a_fleet_home_deeper_than_a_unix_socket_path_still_gets_warm_workers(hom
     try:
         out, rows = _run(deep, "probe")
         assert out.status == "ok", out.error
-        assert [p.name for p in root.glob("*.sock")] == [f"{w}.sock" for w in workerdir.worker_ids(root)]
+        assert [p.name for p in root.glob("*.sock")] == [f"{w}.sock" for w in pool.host_ids(root)]
         out, again = _run(deep, "probe")  # the idle worker is found by its socket and takes the next source
         assert out.status == "ok", out.error
         assert again[0]["pid"] == rows[0]["pid"]

@@ -152,7 +152,7 @@ class HugeInt(Scraper):
 def test_the_runner_records_a_bad_spooled_row_as_the_source_failing(tmp_path):
     """What the runner does with an attempt's spool (reviewer's s1/huge_int.py): the old code let polars'
     ComputeError out of run_source, so no outcome was stored and the step failed with an error naming nothing."""
-    from fleet.scraping import outcome
+    from fleet.engine import outcome
 
     (tmp_path / "scrapers").mkdir()
     (tmp_path / "scrapers" / "huge_int.py").write_text(HUGE_INT)

@@ -1,4 +1,4 @@
-"""One source attempt through the runner and a real worker (fleet/scraping/runner.py, worker.py), in real Chromium:
+"""One source attempt through the runner and a real attempt process (fleet/engine/runner.py, attempt.py), in real Chromium:
 what an attempt's outcome says when the scraper times out on its own, closes its own page, hangs at import or
 blocks its event loop, how attempts of one week merge, and what a failed re-scrape leaves for consolidation."""
 import os
@@ -9,7 +9,7 @@ import polars as pl
 import pytest
 
 from fleet.scraping.discovery import discover
-from fleet.scraping.runner import WorkerSettings, run_source
+from fleet.engine.runner import EngineSettings, run_source
 from fleet.storage import store as keys
 from fleet.storage.store import LocalArtifactStore
 from fleet_tests.conftest import WEEK, Lines
@@ -42,7 +42,7 @@ def scraper(tmp_path, name: str, scrape: str, *, timeout_s: float = 30, schema: 
 
 def run(home, source, *, refresh=False, log=None):
     store = LocalArtifactStore(home / "artifacts")
-    return run_source(source, WEEK, store=store, run_id="test", settings=WorkerSettings.from_env(), refresh=refresh,
+    return run_source(source, WEEK, store=store, run_id="test", settings=EngineSettings.from_env(), refresh=refresh,
                       log=log), store
 
 
@@ -91,7 +91,7 @@ def test_a_browser_that_dies_mid_scrape_is_infra(home, tmp_path):
     """The scraper SIGKILLs its own worker's Chromium and then uses its page: the same error text as above, but the
     browser disconnected, so it is infra (re-executed). (Other sources in flight meanwhile: test_browser.)"""
     src = scraper(tmp_path, "kills_chromium", """
-        from fleet.scraping.procs import descendants
+        from fleet.engine.procs import descendants
         await page.set_content("<p>x</p>")
         for pid in descendants(os.getpid()):
             with open(f"/proc/{pid}/cmdline", "rb") as fh:
@@ -114,8 +114,8 @@ def test_a_browser_dead_before_the_context_opens_is_infra(tmp_path, monkeypatch,
     import tempfile
 
     from fleet.config import chromium_path
-    from fleet.scraping import worker
-    from fleet.scraping.procs import descendants
+    from fleet.engine import attempt
+    from fleet.engine.procs import descendants
 
     src = scraper(tmp_path, "never_runs", 'yield {"id": 1}')
     work = tmp_path / "work"
@@ -131,7 +131,7 @@ def test_a_browser_dead_before_the_context_opens_is_infra(tmp_path, monkeypatch,
     monkeypatch.setenv("TMPDIR", short)
 
     async def go():
-        async with worker.open_browser(chromium_path()) as b:
+        async with attempt.open_browser(chromium_path()) as b:
             for pid in descendants(os.getpid()):
                 with open(f"/proc/{pid}/cmdline", "rb") as fh:
                     cmd = fh.read()
@@ -142,9 +142,9 @@ def test_a_browser_dead_before_the_context_opens_is_infra(tmp_path, monkeypatch,
                     break
                 await asyncio.sleep(0.05)
             try:
-                return await worker.scrape(b, spec)
+                return await attempt.scrape(b, spec)
             except Exception as exc:  # what server._serve_one does with an exception out of scrape
-                return worker.failure_result(spec, exc)
+                return attempt.failure_result(spec, exc)
 
     result = asyncio.run(go())
     assert (result["status"], result["category"]) == ("failed", "infra"), result
@@ -199,7 +199,7 @@ def test_a_scraper_killed_at_its_limit_leaves_its_url_and_stack_and_no_stale_evi
         assert (evidence / "screenshot.png").exists() and "first attempt" in (evidence / "page.html").read_text()
         second, _ = run(home, src)
     assert (second.status, second.category) == ("timeout", "source"), second
-    assert "its worker and browser were killed" in second.error
+    assert "its attempt process and browser were killed" in second.error
     assert sorted(p.name for p in evidence.iterdir()) == ["error.txt", "stack.txt"]
     error = (evidence / "error.txt").read_text()
     assert f"last URL: {url}/books" in error, error
@@ -282,11 +282,11 @@ def test_consolidation_fsyncs_its_file_before_renaming_it_into_place(tmp_path, m
 ])
 def test_a_bad_run_config_fails_its_source_before_a_worker_is_taken(home, tmp_path, config, says):
     """The run's own settings (RawConfig, typed in the UI's launchpad): 0 used to mean "the scraper's own limit",
-    -5 killed at once, NaN never; attempts=0 failed inside the worker. Each is the source's error now, and no
+    -5 killed at once, NaN never; attempts=0 failed inside the attempt process. Each is the source's error now, and no
     worker starts."""
     src = scraper(tmp_path, "configured", "yield {'id': 1}\n")
     store = LocalArtifactStore(home / "artifacts")
-    out = run_source(src, WEEK, store=store, run_id="test", settings=WorkerSettings.from_env(), **config)
+    out = run_source(src, WEEK, store=store, run_id="test", settings=EngineSettings.from_env(), **config)
     assert (out.status, out.category) == ("failed", "source"), out
     assert says in out.error and "configured" in out.error
     assert keys.read_outcome(store, WEEK, "configured")["status"] == "failed"
@@ -300,7 +300,7 @@ def test_a_bad_run_config_fails_its_source_before_a_worker_is_taken(home, tmp_pa
 def test_a_scraper_that_exits_fails_as_its_source_with_evidence(home, tmp_path, monkeypatch, workers, how, says):
     """sys.exit, SystemExit or KeyboardInterrupt inside scrape() used to escape asyncio and end the worker: the
     source failed as infra ("died without reporting"), was re-executed, and had no evidence."""
-    monkeypatch.setenv("FLEET_WORKERS", workers)
+    monkeypatch.setenv("FLEET_BROWSER_HOSTS", workers)
     src = scraper(tmp_path, "exits", f"""
         await page.set_content("<h1>before the exit</h1>")
         yield {{"id": 1}}
@@ -308,7 +308,7 @@ def test_a_scraper_that_exits_fails_as_its_source_with_evidence(home, tmp_path, 
     """)
     out, store = run(home, src)
     assert out.category == "source" and out.status in ("failed", "partial"), out
-    assert says in out.error and "must not exit its worker" in out.error, out.error
+    assert says in out.error and "must not exit its attempt process" in out.error, out.error
     evidence = store.path(WEEK, keys.evidence_key("exits"))
     assert (evidence / "error.txt").exists() and out.evidence.get("screenshot"), out.evidence
     assert "before the exit" in (evidence / "page.html").read_text()
@@ -318,7 +318,7 @@ def test_a_scraper_that_floods_its_output_keeps_its_time_and_the_rest_of_its_out
     """Every output line used to become an event in the run's log, one after another while the worker waited on
     its pipe: 40,000 lines took a source with a 20 s limit past it (killed at 33 s), and a 3 MB line was stored
     whole."""
-    from fleet.scraping.supervise import MAX_LINE_CHARS, MAX_LOG_LINES
+    from fleet.engine.supervise import MAX_LINE_CHARS, MAX_LOG_LINES
 
     src = scraper(tmp_path, "floods", """
         import sys
@@ -344,9 +344,9 @@ def test_a_process_a_scraper_leaves_running_is_killed_with_the_source_not_left_f
                                                                                         workers):
     """A scraper's child process used to outlive its worker and `fleet run`: a warm worker that finished cleanly was
     reused with it, and nothing killed it when the worker left."""
-    from fleet.scraping.procs import alive
+    from fleet.engine.procs import alive
 
-    monkeypatch.setenv("FLEET_WORKERS", workers)
+    monkeypatch.setenv("FLEET_BROWSER_HOSTS", workers)
     plain = scraper(tmp_path, "plain", 'await page.set_content("<p>x</p>")\nyield {"id": 1}')
     log = Lines()
     out, _ = run(home, plain, log=log)

@@ -69,7 +69,7 @@ def stack(tmp_path_factory):
                     FLEET_EXECUTOR="celery", FLEET_CELERY_BROKER=redis.url, FLEET_POSTGRES_URL=pg.url,
                     FLEET_ARTIFACTS=f"s3://{bucket}/fleet", FLEET_DEMO_URL=sites.url, FLEET_DEMO_LATENCY_MS="20",
                     FLEET_SCRAPERS_DIR=os.pathsep.join([str(ROOT / "scrapers"), str(sources)]),
-                    FLEET_MAX_PARALLEL=str(2 * CONCURRENCY), FLEET_WORKER_IDLE_S="5",
+                    FLEET_MAX_PARALLEL=str(2 * CONCURRENCY), FLEET_BROWSER_HOST_IDLE_S="5",
                     FLEET_WORKER_LOST_S="10")  # the default is 30: the tests need not wait it out
         yield SimpleNamespace(root=root, pg=pg, redis=redis, s3=s3, bucket=bucket, base=base, sites=sites)
 
@@ -114,7 +114,7 @@ class Host:
             self.worker.wait()
 
     def stop(self) -> None:
-        from fleet.scraping import pool
+        from fleet.engine import pool
 
         if self.worker is not None and self.worker.poll() is None:
             os.killpg(self.worker.pid, signal.SIGTERM)

@@ -14,7 +14,7 @@ import polars as pl
 import pytest
 
 from fleet.errors import FleetError
-from fleet.scraping import outcome
+from fleet.engine import outcome
 from fleet.storage import store as keys
 from fleet.storage.frames import encode_row
 from fleet.storage.store import LocalArtifactStore
@@ -247,14 +247,14 @@ def test_a_failures_evidence_is_stored_and_linked_for_the_ui(s3_store, scrape_ho
     attempt's own keys, and the raw asset's metadata links them by presigned URLs another machine's browser can
     open: the screenshot as a PNG, the page's HTML as text/plain (never rendered as a page)."""
     from fleet.defs.evidence import evidence_metadata
-    from fleet.scraping.runner import WorkerSettings, run_source
+    from fleet.engine.runner import EngineSettings, run_source
 
     source = scraper(tmp_path, "breaks", """
         await page.set_content("<h1>the page as it broke</h1><script>document.title='x'</script>")
         raise RuntimeError("selector rot")
         yield
     """)
-    out = run_source(source, WEEK, store=s3_store, run_id="test", settings=WorkerSettings.from_env())
+    out = run_source(source, WEEK, store=s3_store, run_id="test", settings=EngineSettings.from_env())
     assert (out.status, out.category) == ("failed", "source"), out
     prefix = f"{s3_store.url}/{WEEK}/evidence/breaks/{out.attempt}/"
     assert {k: v for k, v in out.evidence.items() if k != "page_url"} == {
@@ -278,7 +278,7 @@ def test_a_demo_week_with_its_artifacts_in_s3(fleet_env, bucket, s3_endpoint):
     import s3fs
 
     env = {**fleet_env.env, **CREDENTIALS, "AWS_ENDPOINT_URL": s3_endpoint, "FLEET_ARTIFACTS": f"s3://{bucket}/fleet",
-           "FLEET_WORKER_IDLE_S": "3"}
+           "FLEET_BROWSER_HOST_IDLE_S": "3"}
     before = log(fleet_env.remote)
     res = run_fleet(env, "demo", "--week", "2026-W47", "--force")
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]

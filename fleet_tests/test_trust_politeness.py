@@ -90,7 +90,7 @@ def test_bad_politeness_settings_are_one_line(monkeypatch, scrape_home):
 ONE_HOST = """
 import sys
 from pathlib import Path
-from fleet.scraping import pool
+from fleet.engine import pool
 from fleet_tests.test_runner import run, scraper
 from fleet_tests.test_trust_politeness import GOTOS, IMPORT
 home = Path(sys.argv[1])

@@ -8,7 +8,7 @@ import polars as pl
 
 from fleet.demo import crawl
 from fleet.scraping.discovery import discover
-from fleet.scraping.runner import WorkerSettings, run_source
+from fleet.engine.runner import EngineSettings, run_source
 from fleet.storage import provenance
 from fleet.storage import store as keys
 from fleet.storage.store import LocalArtifactStore
@@ -65,7 +65,7 @@ class {cls}(Scraper):
 
 def _scrape(home, source, reexecution=False):
     store = LocalArtifactStore(home / "artifacts")
-    out = run_source(source, WEEK, store=store, run_id="resume", settings=WorkerSettings.from_env(),
+    out = run_source(source, WEEK, store=store, run_id="resume", settings=EngineSettings.from_env(),
                      reexecution=reexecution)
     frame = store.read_parquet(WEEK, keys.raw_key(source.name, out.attempt)) if out.succeeded else None
     return out, frame

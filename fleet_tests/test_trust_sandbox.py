@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from fleet.scraping import pool
+from fleet.engine import pool
 from fleet.scraping.discovery import discover
-from fleet.scraping.runner import WorkerSettings, run_source
+from fleet.engine.runner import EngineSettings, run_source
 from fleet.storage import store as keys
 from fleet.storage.store import LocalArtifactStore
 from fleet_tests.conftest import ROOT, WEEK, run_fleet
@@ -79,7 +79,7 @@ def _probe(top: Path, name: str, own_process: bool):
     (d / f"{name}.py").write_text(PROBE.replace("NAME", name).replace("OWN", f"own_process = {own_process}"))
     (src,) = [s for s in discover([d]) if s.name == name]
     store = LocalArtifactStore(top / "home" / "artifacts")
-    out = run_source(src, WEEK, store=store, run_id="sbx", settings=WorkerSettings.from_env())
+    out = run_source(src, WEEK, store=store, run_id="sbx", settings=EngineSettings.from_env())
     import json
 
     import polars as pl
@@ -107,7 +107,7 @@ def test_without_a_sandbox_user_fleet_says_so_once_and_runs_as_today(fleet_env):
     assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-3000:]
     lines = [l for l in res.stderr.splitlines() if "browser sandbox" in l]
     assert lines == ["fleet: the browser sandbox is off (there is no user 'no-such-user-here' (FLEET_SANDBOX_USER) "
-                     "to run scrape workers as); scrape workers and Chromium run as root with --no-sandbox"], lines
+                     "to run attempt processes as); attempt processes and Chromium run as root with --no-sandbox"], lines
 
 
 def test_fleet_ui_says_the_sandbox_is_off_once_at_start(fleet_env):
@@ -119,7 +119,7 @@ def test_fleet_ui_says_the_sandbox_is_off_once_at_start(fleet_env):
     seen = (fleet_env.tmp / "ui.log").read_text().splitlines()
     said = [ln for ln in seen if "browser sandbox" in ln]
     assert said == ["fleet: the browser sandbox is off (there is no user 'no-such-user-here' (FLEET_SANDBOX_USER) to "
-                    "run scrape workers as); scrape workers and Chromium run as root with --no-sandbox"], seen
+                    "run attempt processes as); attempt processes and Chromium run as root with --no-sandbox"], seen
 
 
 def test_a_sandboxed_week_runs_end_to_end(open_home, tmp_path):

@@ -50,7 +50,7 @@ def site(tmp_path_factory, request):
     from playwright.sync_api import sync_playwright
 
     from fleet.config import chromium_path
-    from fleet.scraping import pool
+    from fleet.engine import pool
 
     tmp = tmp_path_factory.mktemp("ui")
     home, scrapers = tmp / "home", tmp / "scrapers"

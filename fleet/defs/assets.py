@@ -19,9 +19,9 @@ from fleet.defs.resources import Alerts, ArtifactStore, Browser, DataRepository
 from fleet.lifecycle import quarantine
 from fleet.policy import pastweek
 from fleet.policy import taxonomy as tx
-from fleet.scraping import outcome as scrape_outcome
+from fleet.engine import outcome as scrape_outcome
 from fleet.scraping.discovery import Source
-from fleet.scraping.runner import run_source
+from fleet.engine.runner import run_source
 from fleet.storage import store as keys
 from fleet.transform.consolidate import consolidate
 from fleet.transform.postprocess import post_process

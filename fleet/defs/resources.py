@@ -11,7 +11,7 @@ from dagster import ConfigurableResource, EnvVar
 
 from fleet import config
 from fleet.config import Settings
-from fleet.scraping.settings import WorkerSettings
+from fleet.engine.settings import EngineSettings
 from fleet.storage.open import open_store
 
 TOKEN_VAR = "FLEET_GIT_TOKEN"
@@ -66,12 +66,12 @@ class Browser(ConfigurableResource):
     home: str
     """FLEET_HOME: the scrape workers' folder and caches are under it."""
 
-    def worker_settings(self) -> WorkerSettings:
+    def worker_settings(self) -> EngineSettings:
         from fleet.config import chromium_path
 
         home = Path(self.home)
-        return WorkerSettings(chromium=self.chromium or chromium_path(), workers_dir=home / "workers",
-                              workers=self.workers, idle_s=self.worker_idle_s, max_sources=self.worker_max_sources,
+        return EngineSettings(chromium=self.chromium or chromium_path(), hosts_dir=home / "workers",
+                              browser_hosts=self.workers, idle_s=self.worker_idle_s, max_sources=self.worker_max_sources,
                               startup_s=self.startup_s, node_cache=home / "cache" / "node")
 
 
@@ -92,7 +92,7 @@ def from_settings(s: Settings) -> dict:
                                     clone_dir=str(s.clone_dir)),
         "artifacts": ArtifactStore(root=s.store_url, cache_dir=str(s.artifact_cache)),
         "browser": Browser(chromium=config.chromium_setting(), workers=s.workers,
-                           worker_idle_s=config.worker_idle_s(), worker_max_sources=config.worker_max_sources(),
+                           worker_idle_s=config.browser_host_idle_s(), worker_max_sources=config.browser_host_max_sources(),
                            startup_s=config.browser_startup_s(), home=str(s.home)),
         "alerts": Alerts(home=str(s.home), webhook=config.alert_webhook()),
     }

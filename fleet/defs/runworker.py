@@ -19,7 +19,7 @@ import time
 
 import dataclasses
 
-from fleet.scraping.procs import stat_fields
+from fleet.engine.procs import stat_fields
 
 TAG = "fleet/run_worker"
 

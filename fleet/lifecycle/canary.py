@@ -8,11 +8,12 @@ import tempfile
 from pathlib import Path
 
 from fleet.lifecycle import quarantine
-from fleet.lifecycle.browse import drive
-from fleet.lifecycle.replay import Checked
+from fleet.lifecycle.replay import Checked, attempt
+from fleet.engine.spec import Trial
 from fleet.scraping.discovery import Source
 from fleet.storage.store import ArtifactStore
-from fleet.weeks import last_complete_week
+from fleet.weeks import last_complete_week, parse_week
+from fleet.weeks import today as today_utc
 
 FIRST_ROWS = 1
 
@@ -40,21 +41,23 @@ def check(sources: list[Source], store: ArtifactStore, home: Path, webhook: str 
     from fleet.quality import alerts as alerting
     from fleet.quality.checks import last_good_week
 
-    today = today or dt.date.today()
+    today = today or today_utc()
     week = last_complete_week(today).isoformat()        # the week the scraper is asked for, as in a weekly run
-    here = (today - dt.timedelta(days=today.weekday())).isoformat()  # the week the records are kept in
+    here = parse_week(today).isoformat()                # the week the records are kept in
     out, found = [], []
     for src in sources:
         before = _last_state(store, src.name)
         with tempfile.TemporaryDirectory(prefix="fleet-canary-") as tmp:
-            got = drive(src, week, first_rows=FIRST_ROWS, evidence_dir=Path(tmp))
+            got = attempt(src, week, Path(tmp), Trial(first_rows=FIRST_ROWS))
             ok = not got["error"] and got["rows"] > 0
-            evidence = {}
-            for name, local in (got.get("evidence") or {}).items():
-                key = evidence_key(src.name, Path(local).name)
-                evidence[name] = str(store.write_bytes(here, key, Path(local).read_bytes()))
+            evidence = {}  # every file of the attempt's evidence (screenshot, page.html, error.txt), by its name
+            folder = got["evidence_dir"]
+            for local in sorted(folder.iterdir()) if folder.is_dir() else []:
+                name = next((k for k, v in got["evidence"].items() if Path(v).name == local.name), local.stem)
+                evidence[name] = str(store.write_bytes(here, evidence_key(src.name, local.name), local.read_bytes()))
         error = None if ok else (got["error"] or "no rows from its first page")
         store.write_json(here, state_key(src.name), {"source": src.name, "day": today.isoformat(), "ok": ok,
+                                                     "category": None if ok else got["category"] or "source",
                                                      "error": error, "url": got.get("url"), "evidence": evidence})
         detail = ""
         if ok and quarantine.state(store, src.name, src.quarantine_after):
@@ -65,7 +68,8 @@ def check(sources: list[Source], store: ArtifactStore, home: Path, webhook: str 
             if before.get("ok", True):
                 url = f" at {got['url']}" if got.get("url") else ""
                 found.append(alerting.Alert(
-                    source=src.name, week=today.isoformat(), check="canary", severity="ERROR", category="source",
+                    source=src.name, week=today.isoformat(), check="canary", severity="ERROR",
+                    category=got["category"] or "source",
                     message=f"canary: source {src.name} failed live on {today.isoformat()}{url}: {detail}",
                     evidence={**evidence, "error": error, **({"url": got["url"]} if got.get("url") else {})},
                     last_good_week=last_good_week(store, src.name, week), run_id=None))

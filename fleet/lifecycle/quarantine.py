@@ -81,7 +81,7 @@ def lift(store: ArtifactStore, source: str, by: str) -> str | None:
 
 def skip(store: ArtifactStore, source: str, week: str, run_id: str, q: Quarantine) -> str:
     """Store ``source``'s outcome for ``week`` as skipped by quarantine; the reason."""
-    from fleet.scraping import outcome
+    from fleet.engine import outcome
 
     why = f"source {source}: {q.describe()}"
     outcome.failed(store, source, week, run_id, why, QUARANTINED, status=QUARANTINED)

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import dataclasses
-import datetime as dt
 import keyword
 import shutil
 import tempfile
@@ -11,7 +10,8 @@ from urllib.parse import urlsplit
 
 from fleet.errors import FleetError
 from fleet.lifecycle import fixtures
-from fleet.lifecycle.browse import drive
+from fleet.lifecycle.replay import attempt
+from fleet.engine.spec import Trial
 from fleet.scraping.contract import NAME_MAX, valid_name
 from fleet.scraping.discovery import discover
 from fleet.weeks import last_complete_week
@@ -63,17 +63,19 @@ def new(name: str, url: str, dirs: list[Path]) -> tuple[Path, Path, dict]:
     if parts.scheme not in ("http", "https") or not parts.netloc:
         raise FleetError(f"URL {url!r} is not an http(s) URL")
     target = dirs[0] / f"{name}.py"
-    week = last_complete_week(dt.date.today()).isoformat()
+    week = last_complete_week().isoformat()
     with tempfile.TemporaryDirectory(prefix="fleet-new-") as tmp:
-        draft = Path(tmp) / f"{name}.py"
+        draft, raw = Path(tmp) / "draft" / f"{name}.py", Path(tmp) / "har" / "raw.har.zip"
+        for folder in (draft.parent, raw.parent):
+            folder.mkdir(mode=0o755)  # the sandbox's user imports the draft from here
         draft.write_text(TEMPLATE.format(cls=class_name(name), name=name, url=url))
-        source = next(s for s in discover([Path(tmp)]) if s.name == name)
-        got = drive(source, week, record_har=Path(tmp) / "raw.har.zip")
+        source = next(s for s in discover([draft.parent]) if s.name == name)
+        got = attempt(source, week, Path(tmp), Trial(record_har=raw))
         if got["error"] or not got["rows"]:
-            raise FleetError(f"URL {url} gave no row ({got['error'] or 'empty'}); nothing written")
+            raise FleetError(f"URL {url} gave no row ({(got['error'] or 'empty').splitlines()[0]}); nothing written")
         final = dataclasses.replace(source, module_path=target)
         target.parent.mkdir(parents=True, exist_ok=True)
-        fixtures.scrub(Path(tmp) / "raw.har.zip", fixtures.har_path(final))
+        fixtures.scrub(raw, fixtures.har_path(final))
         expect = fixtures.expectation(got)
         fixtures.write_meta(final, week, None, expect)  # its URL is in the module, not in FLEET_DEMO_URL
         shutil.copyfile(draft, target)  # last: the source exists only with its fixture

@@ -4,26 +4,23 @@ live, through the weekly runner into a scratch store: nothing is committed or ke
 from __future__ import annotations
 
 import ast
-import dataclasses
-import datetime as dt
 import importlib.util
 import subprocess
 import tempfile
-import uuid
 from pathlib import Path
 
 import fleet
 from fleet.errors import FleetError
 from fleet.lifecycle import quarantine
-from fleet.lifecycle.replay import Checked
+from fleet.lifecycle.replay import Checked, attempt
 from fleet.scraping.discovery import Source
-from fleet.storage.store import ArtifactStore, LocalArtifactStore
+from fleet.storage.store import ArtifactStore
 from fleet.weeks import last_complete_week
 
 FLEET_DIR = Path(fleet.__file__).resolve().parent
 # fleet's own code a scrape runs through, and its public API (fleet/__init__.py, whose names are imported lazily,
 # so no import of theirs can be followed: site_url lives in fleet/demo): a change to it can break any source
-SCRAPING_CODE = [FLEET_DIR / "scraping", FLEET_DIR / "__init__.py", FLEET_DIR / "errors.py", FLEET_DIR / "config.py",
+SCRAPING_CODE = [FLEET_DIR / "scraping", FLEET_DIR / "engine", FLEET_DIR / "__init__.py", FLEET_DIR / "errors.py", FLEET_DIR / "config.py",
                  FLEET_DIR / "storage" / "frames.py", FLEET_DIR / "weeks.py", FLEET_DIR / "demo"]
 # the versions fleet and the scrapers run with
 PIN_FILES = ("pyproject.toml", "setup.cfg", "setup.py", "poetry.lock", "uv.lock", "Pipfile.lock")
@@ -130,23 +127,20 @@ def affected(sources: list[Source], ref: str, cwd: Path) -> dict[str, str]:
     return out
 
 
-def run(sources: list[Source], store: ArtifactStore, lift_store: ArtifactStore | None = None) -> list[Checked]:
-    """Each of ``sources`` once, live, end to end (a fresh worker and browser, its own timeout), into ``store``;
-    a pass lifts its quarantine in ``lift_store``."""
-    from fleet.scraping.runner import run_source
-    from fleet.scraping.settings import WorkerSettings
-
-    settings = dataclasses.replace(WorkerSettings.from_env(), workers="fresh")
-    week = last_complete_week(dt.date.today()).isoformat()
+def run(sources: list[Source], scratch: Path, lift_store: ArtifactStore | None = None) -> list[Checked]:
+    """Each of ``sources`` once, live, end to end (the weekly run's attempt, in a browser process of its own),
+    its rows in a scratch store under ``scratch``; a pass lifts its quarantine in ``lift_store``."""
+    week = last_complete_week().isoformat()
     out = []
     for src in sources:
-        o = run_source(src, week, store=store, run_id=f"smoke-{uuid.uuid4().hex[:8]}", settings=settings, refresh=True)
-        ok = o.status == "ok"
-        detail = "" if ok else (o.error or f"{o.status}: no rows").strip().splitlines()[0][:200]
+        (scratch / src.name).mkdir()
+        got = attempt(src, week, scratch / src.name)
+        ok = got["status"] == "ok"
+        detail = "" if ok else (got["error"] or f"{got['status']}: no rows").strip().splitlines()[0][:200]
         if ok and lift_store is not None and quarantine.state(lift_store, src.name, src.quarantine_after):
             quarantine.lift(lift_store, src.name, by="fleet smoke")
             detail = "passed live: quarantine lifted"
-        out.append(Checked(src.name, "pass" if ok else "fail", o.rows, o.seconds, detail))
+        out.append(Checked(src.name, "pass" if ok else "fail", got["rows"], got["seconds"], detail))
     return out
 
 
@@ -159,4 +153,4 @@ def smoke(sources: list[Source], ref: str, cwd: Path, lift_store: ArtifactStore,
     for name, why in hit.items():
         echo(f"fleet: smoke {name}: {why}")
     with tempfile.TemporaryDirectory(prefix="fleet-smoke-") as tmp:
-        return run([s for s in sources if s.name in hit], LocalArtifactStore(tmp), lift_store)
+        return run([s for s in sources if s.name in hit], Path(tmp), lift_store)

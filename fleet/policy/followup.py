@@ -9,7 +9,7 @@ from __future__ import annotations
 from dagster import AssetKey, RunRequest, RunsFilter
 
 from fleet.policy import taxonomy as tx
-from fleet.scraping import outcome
+from fleet.engine import outcome
 from fleet.policy.pastweek import FORCE_TAG
 from fleet.storage import store as keys
 

@@ -48,7 +48,7 @@ class Scraper:
       own_browser  run each attempt in a Chromium no other source used before (a new worker, as own_process)
                    instead of a fresh context in a warm worker's browser
       own_process  run each attempt in a new worker process instead of a warm one that other sources used
-                   before (see fleet/scraping/pool.py): for a scraper that changes process-wide state
+                   before (see fleet/engine/pool.py): for a scraper that changes process-wide state
       abstract   True: a base class, not a source (read from the class's own body only)
       quarantine_after  weeks in a row failed as ``source`` after which the weekly run skips it (fleet/lifecycle/quarantine.py)
       carry_forward, carry_forward_weeks  a failed week contributes its last good week's rows, at most this many

@@ -337,7 +337,7 @@ def consolidated_outcome(store: "ArtifactStore", week: str, source: str) -> tupl
 def stored_complete(store: "ArtifactStore", week: str, source: str, *, deep: bool = False) -> dict | None:
     """The stored outcome of ``source``'s week when its raw artifact is stored and complete (ok or empty; with
     its expensive phase if ``deep`` is asked for), so a step reuses it and fetches nothing; else None. The one
-    rule for the runner (fleet/scraping/runner.py), the first wave's estimate and the past-week rule (fleet/policy/pastweek.py)."""
+    rule for the runner (fleet/engine/runner.py), the first wave's estimate and the past-week rule (fleet/policy/pastweek.py)."""
     previous = read_outcome(store, week, source) or {}
     complete = (previous.get("status") in ("ok", "empty") and rows_stored(store, week, previous)
                 and (previous.get("deep", False) or not deep))  # a shallow artifact does not answer a deep request

@@ -5,7 +5,7 @@ import signal
 import polars as pl
 
 from fleet import Scraper
-from fleet.scraping.procs import stat_fields
+from fleet.engine.procs import stat_fields
 
 
 def _parent(pid: int) -> int:

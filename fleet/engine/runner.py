@@ -1,37 +1,38 @@
-"""Run one source for one week in a worker process, with a hard timeout, and store its raw artifact.
+"""Run one source for one week in an attempt process, with a hard timeout, and store its raw artifact.
 
 This is the isolation boundary: whatever the scraper does (raise, hang in asyncio, block in C, crash the
-browser), the caller gets an ``Outcome`` back within ``timeout_s`` plus a few seconds. The worker is a warm one
-(fleet/scraping/pool.py), or, for ``own_process`` and ``own_browser`` scrapers and ``workers="fresh"``, a new
-one for this attempt alone. Either way, at the limit it is killed with its browser (fleet/scraping/supervise.py).
+browser), the caller gets an ``Outcome`` back within ``timeout_s`` plus a few seconds. The process is a browser host
+(fleet/engine/pool.py), or, for ``own_process`` and ``own_browser`` scrapers and ``browser_hosts="fresh"``, a new
+one for this attempt alone. Either way, at the limit it is killed with its browser (fleet/engine/supervise.py).
 """
 from __future__ import annotations
 
 from fleet.errors import ScraperDefinitionError
-from fleet.scraping import outcome, pool, supervise
-from fleet.scraping.attempt import new_attempt
+from fleet.engine import outcome, pool, supervise
+from fleet.engine.spec import Trial, new_attempt
 from fleet.scraping.contract import check_seconds
 from fleet.scraping.discovery import Source
-from fleet.scraping.outcome import Outcome
+from fleet.engine.outcome import Outcome
 from fleet.scraping.retry import RetryPolicy
-from fleet.scraping.settings import WorkerSettings
+from fleet.engine.settings import EngineSettings
 from fleet.storage import store as keys
 from fleet.storage.store import ArtifactStore
 
-__all__ = ["Outcome", "WorkerSettings", "run_source"]
+__all__ = ["Outcome", "Trial", "EngineSettings", "run_source"]
 
 
-def run_source(source: Source, week: str, *, store: ArtifactStore, run_id: str, settings: WorkerSettings,
+def run_source(source: Source, week: str, *, store: ArtifactStore, run_id: str, settings: EngineSettings,
                deep: bool = False, timeout_s: float | None = None, retry: dict | None = None, refresh: bool = False,
-               reexecution: bool = False, forced: str | None = None, log=None) -> Outcome:
+               reexecution: bool = False, forced: str | None = None, log=None, trial: Trial | None = None) -> Outcome:
     """Scrape ``source`` for ``week`` (reusing a stored complete artifact unless ``refresh``), store and return its
-    outcome. ``settings`` says which Chromium to launch and how workers are kept (:class:`WorkerSettings`).
+    outcome. ``settings`` says which Chromium to launch and how attempt processes are kept (:class:`EngineSettings`).
 
     ``refresh`` also clears the source's work for the week (checkpoint, seen URLs, spooled rows), once: not on a
     ``reexecution``, the re-execution of a crashed attempt of the same request (Dagster's retry of the step, a
     rerun run), which resumes from what the crashed attempt left, as any re-execution does. ``forced``: the date
     a past week is scraped on under ``fleet/force=true`` (fleet/policy/pastweek.py), kept in its outcome so the
-    week's commit says so."""
+    week's commit says so. ``trial``: what a lifecycle command (`fleet test`, `canary`, ...) changes about the
+    attempt (its network, its first rows); the attempt is otherwise this one, run the same way."""
     log_line = (log.info if log else (lambda *a: None))
     prefix = f"[run {run_id}] [{source.name}]"
     previous = keys.stored_complete(store, week, source.name, deep=deep)
@@ -52,7 +53,7 @@ def run_source(source: Source, week: str, *, store: ArtifactStore, run_id: str, 
     if source.broken:
         return outcome.failed(store, source.name, week, run_id, source.error, "source")
 
-    try:  # the run's own settings (RawConfig, from the UI or a schedule): refused before a worker is taken
+    try:  # the run's own settings (RawConfig, from the UI or a schedule): refused before an attempt process is taken
         timeout = (check_seconds(source.name, "timeout_s (run config)", timeout_s) if timeout_s is not None
                    else float(source.timeout_s))
         RetryPolicy(**(retry or {}))
@@ -61,11 +62,11 @@ def run_source(source: Source, week: str, *, store: ArtifactStore, run_id: str, 
         return outcome.failed(store, source.name, week, run_id, msg, "source")
 
     attempt = new_attempt(source, week, store=store, run_id=run_id, deep=deep, timeout=timeout, retry=retry,
-                          settings=settings)
-    warm = settings.workers == "warm" and not (source.own_process or source.own_browser)
+                          settings=settings, trial=trial)
+    warm = settings.browser_hosts == "warm" and not (source.own_process or source.own_browser)
     try:
         proc, how = supervise.start(attempt, settings, warm)
-    except pool.WorkerStartError as exc:
+    except pool.HostStartError as exc:
         result = {"status": "failed", "category": "infra", "error": f"source {source.name}: {exc}"}
         log_line(f"{prefix} {result['error']}")
         return outcome.finish(source, week, store, run_id, attempt.id, deep, work, result, 0.0, forced)

@@ -1,4 +1,4 @@
-"""Process-tree helpers for the runner (killing a worker) and the warm workers, read from /proc."""
+"""Process-tree helpers for the runner (killing an attempt process) and the browser hosts, read from /proc."""
 from __future__ import annotations
 
 import contextlib
@@ -19,8 +19,8 @@ SOCKET_PATH_MAX = 107
 def unix_address(path: Path):
     """``path`` as an address an AF_UNIX socket can bind or connect to, however deep its folder is.
 
-    The warm workers' sockets live under ``FLEET_HOME``; a home of more than ~73 bytes made
-    their full path too long for a socket (``OSError: AF_UNIX path too long``), so no worker could start and
+    The browser hosts' sockets live under ``FLEET_HOME``; a home of more than ~73 bytes made
+    their full path too long for a socket (``OSError: AF_UNIX path too long``), so no attempt process could start and
     every source failed as infra. A path that does not fit is reached through the folder's descriptor instead,
     ``/proc/self/fd/N/NAME``: the socket file is created, or found, in the folder itself."""
     text = str(path)
@@ -158,7 +158,7 @@ def private_tmp(base: Path) -> Path | None:
     what it starts from now on writes there: Playwright's driver creates each browser's profile
     (``playwright_chromiumdev_profile-*``) and artifacts folder (``playwright-artifacts-*``) under it. The driver
     removes them when the browser closes; when the process is killed instead (a timeout, a crash, ``fleet run``
-    stopping its idle workers), nothing would, and each such browser left ~0.2 MB in /tmp for good.
+    stopping its idle browser hosts), nothing would, and each such browser left ~0.2 MB in /tmp for good.
     :func:`sweep_tmp` removes the directories of processes that are gone.
 
     Returns None, and leaves ``TMPDIR`` alone, if ``base`` is not a directory of this user's (someone else

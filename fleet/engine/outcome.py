@@ -8,9 +8,9 @@ from pathlib import Path
 from typing import Any
 
 from fleet.errors import BadRowError
-from fleet.scraping.attempt import Attempt
+from fleet.engine.spec import Attempt
 from fleet.scraping.discovery import Source
-from fleet.scraping.supervise import Supervised
+from fleet.engine.supervise import Supervised
 from fleet.storage import provenance
 from fleet.storage import store as keys
 from fleet.storage.frames import build_frame, read_spool
@@ -46,7 +46,7 @@ class Outcome:
 
 def failed(store: ArtifactStore, source: str, week: str, run_id: str, error: str, category: str,
            status: str = "failed") -> Outcome:
-    """An attempt that ended before a worker ran it (or was refused one): stored as the source's outcome for the week."""
+    """An attempt that ended before a process ran it (or was refused one): stored as the source's outcome."""
     out = Outcome(source=source, week=week, status=status, category=category, error=error, run_id=run_id,
                   attempt=keys.new_attempt_id())
     keys.write_outcome(store, week, out.to_json())
@@ -73,29 +73,29 @@ def merge_attempt_rows(source: Source, spool_dir: Path) -> list[dict]:
 
 
 def classify(source: Source, attempt: Attempt, seen: Supervised, *, timeout: float, startup_s: float) -> dict:
-    """The attempt's result: the worker's own report, or what the step saw when the worker could not report
+    """The attempt's result: its process's own report, or what the step saw when the process could not report
     (killed at the limit: source; no browser in time, or died: infra)."""
     result = attempt.result()
     if seen.timed_out:
-        from fleet.scraping.worker import IMPORTING  # the phase the worker wrote into its ready file
+        from fleet.engine.attempt import IMPORTING  # the phase the attempt process wrote into its ready file
 
-        ready = attempt.ready_path
+        ready = attempt.path("ready_path")
         phase = ready.read_text().splitlines()[1:2] if ready.exists() else []
         doing = (f"its module {source.module_path} did not finish importing"
                  if phase and phase[0].startswith(IMPORTING) else "timed out")
         return {**(result or {}), "status": "timeout", "category": "source",
                 "error": f"source {source.name}: {doing} after {seen.seconds:.1f}s (limit {timeout:g}s); "
-                         f"its worker and browser were killed"}
-    if result and result.get("status") == "timeout":  # the worker stopped the scraper itself, before the limit
+                         f"its attempt process and browser were killed"}
+    if result and result.get("status") == "timeout":  # the process stopped the scraper itself, before the limit
         return {**result, "category": "source",
                 "error": f"source {source.name}: timed out at fleet's soft deadline after {seen.seconds:.1f}s "
-                         f"(limit {timeout:g}s, less a grace to save evidence); its worker stopped it"}
+                         f"(limit {timeout:g}s, less a grace to save evidence); its attempt process stopped it"}
     if seen.startup_failed:
         return {"status": "failed", "category": "infra",
                 "error": f"source {source.name}: the browser did not start within {startup_s:g}s"}
     if result is None:
         return {"status": "failed", "category": "infra",
-                "error": f"source {source.name}: the scrape worker died without reporting ({seen.exit_reason})"}
+                "error": f"source {source.name}: the attempt process died without reporting ({seen.exit_reason})"}
     return result
 
 
@@ -115,7 +115,7 @@ def finish(source: Source, week: str, store: ArtifactStore, run_id: str, attempt
         text = out.error + f"\nlast URL: {out.url or 'unknown (no ctx.goto in this attempt)'}"
         dump = stack.read_text(errors="replace").strip() if stack.exists() else ""
         if dump:
-            text += f"\n\nPython stacks of the worker at its limit (faulthandler):\n{dump}\n"
+            text += f"\n\nPython stacks of the attempt process at its limit (faulthandler):\n{dump}\n"
             (evidence_dir / "stack.txt").write_text(dump + "\n")
             out.evidence = {**out.evidence, "stack": str(evidence_dir / "stack.txt")}
         (evidence_dir / "error.txt").write_text(text)

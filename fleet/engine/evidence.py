@@ -1,5 +1,5 @@
-"""Evidence of a failed attempt, taken in its worker: the page's HTML and screenshot, and the Python stacks of the
-worker's threads when the runner is about to kill it at its hard limit."""
+"""Evidence of a failed attempt, taken in its attempt process: the page's HTML and screenshot, and the Python stacks
+of the process's threads when the runner is about to kill it at its hard limit."""
 from __future__ import annotations
 
 import asyncio
@@ -76,12 +76,12 @@ _stack_file = None
 
 def dump_stacks_on_request(spec: dict) -> None:
     """Until the attempt ends, SIGUSR1 writes every thread's Python stack to ``spec["stack_path"]``: the runner
-    sends it just before it kills this worker at the hard limit (a scraper blocking its event loop leaves no
+    sends it just before it kills this attempt process at the hard limit (a scraper blocking its event loop leaves no
     other trace of where it was). faulthandler writes from its C signal handler, so a blocked loop is no obstacle."""
     global _stack_file
     if spec.get("stack_path"):
         stop_dumping_stacks()
-        # Between attempts (unregistered), a late SIGUSR1 is ignored instead of ending a warm worker.
+        # Between attempts (unregistered), a late SIGUSR1 is ignored instead of ending a browser host.
         signal.signal(signal.SIGUSR1, signal.SIG_IGN)
         _stack_file = open(spec["stack_path"], "w")
         faulthandler.register(signal.SIGUSR1, file=_stack_file, all_threads=True)

@@ -1,8 +1,8 @@
-"""The browser sandbox: when fleet runs as root, scrape workers (scraper code, Playwright's driver and Chromium) run
+"""The browser sandbox: when fleet runs as root, attempt processes (scraper code, Playwright's driver, Chromium) run
 as an unprivileged user (``FLEET_SANDBOX_USER``, default ``nobody``) with Chromium's own sandbox on; as any other
 user, Chromium's sandbox is on. Where that cannot be (no such user, the kernel allows no user namespaces, the
-user cannot reach FLEET_HOME or the scrapers), workers run as today and :func:`current` says why, for fleet to
-say once at start. Workers never get the data repository's token (FLEET_GIT_TOKEN)."""
+user cannot reach FLEET_HOME or the scrapers), they run as today and :func:`current` says why, for fleet to say
+once at start. Attempt processes never get the data repository's token (FLEET_GIT_TOKEN)."""
 from __future__ import annotations
 
 import dataclasses
@@ -12,16 +12,17 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from fleet.scraping.procs import tmp_base
+from fleet import config
+from fleet.engine.procs import tmp_base
 
 SETTING = "FLEET_SANDBOX_USER"
 SECRETS = ("FLEET_GIT_TOKEN",)   # only the processes that commit may read these
-FLAG = "FLEET_CHROMIUM_SANDBOX"  # set in a worker's environment: launch Chromium with its sandbox on
+FLAG = "FLEET_CHROMIUM_SANDBOX"  # set in an attempt process's environment: launch Chromium with its sandbox on
 
 
 @dataclasses.dataclass(frozen=True)
 class Sandbox:
-    uid: int | None = None       # the user workers run as (None: this process's own)
+    uid: int | None = None       # the user attempt processes run as (None: this process's own)
     gid: int | None = None
     user: str | None = None
     chromium_sandbox: bool = False
@@ -58,13 +59,12 @@ _REACH = "import os, sys, fleet; print(' '.join(p for p in sys.argv[1:] if not o
 
 
 def _reachable(user: dict, paths: list[Path]) -> list[str]:
-    """The ``paths`` the workers' interpreter, run as ``user``, cannot read and enter (all of them, if it cannot
-    start or import fleet)."""
+    """The ``paths`` the interpreter, run as ``user``, cannot read and enter (all, if it cannot import fleet)."""
     import sys
 
     try:
         out = subprocess.run([*_as(user), sys.executable, "-c", _REACH, *map(str, paths)], capture_output=True,
-                             text=True, timeout=30, env={**os.environ, "HOME": "/"})
+                             text=True, timeout=30, env={**config.process_env(), "HOME": "/"})
     except (OSError, subprocess.SubprocessError) as exc:
         return [f"its Python ({exc})"]
     if out.returncode != 0:
@@ -73,8 +73,8 @@ def _reachable(user: dict, paths: list[Path]) -> list[str]:
 
 
 def current(home: Path, scraper_dirs: list[Path]) -> Sandbox:
-    """How this host's workers run, decided once per process."""
-    name = os.environ.get(SETTING, "").strip() or "nobody"
+    """How this machine's attempt processes run, decided once per process."""
+    name = config.sandbox_user()
     cache_key = (name, str(home), tuple(map(str, scraper_dirs)))
     if cache_key in _current:
         return _current[cache_key]
@@ -91,7 +91,7 @@ def current(home: Path, scraper_dirs: list[Path]) -> Sandbox:
         user = {"user": entry.pw_uid, "group": entry.pw_gid, "extra_groups": []} if entry else {}
         blocked = _reachable(user, [home, *scraper_dirs]) if entry else []
         if entry is None:
-            box = Sandbox(off=f"there is no user {name!r} ({SETTING}) to run scrape workers as")
+            box = Sandbox(off=f"there is no user {name!r} ({SETTING}) to run attempt processes as")
         elif not _userns_ok(user):
             box = Sandbox(off=f"the kernel allows user {name} no user namespaces, which Chromium's sandbox needs")
         elif blocked:
@@ -106,12 +106,12 @@ def describe(box: Sandbox) -> str | None:
     """The one line fleet says at start when the sandbox is off, else None."""
     if box.off is None:
         return None
-    return f"fleet: the browser sandbox is off ({box.off}); scrape workers and Chromium run as " \
+    return f"fleet: the browser sandbox is off ({box.off}); attempt processes and Chromium run as " \
            f"{'root with --no-sandbox' if os.geteuid() == 0 else 'this user with --no-sandbox'}"
 
 
-def worker_env(env: dict, box: Sandbox, home_dir: Path | None = None) -> dict:
-    """A worker's environment: ``env`` without fleet's secrets, with the sandbox flag, and a HOME the worker's
+def attempt_env(env: dict, box: Sandbox, home_dir: Path | None = None) -> dict:
+    """An attempt process's environment: ``env`` without fleet's secrets, with the sandbox flag, and a HOME its
     user can write (``home_dir``) when it switches users."""
     out = {k: v for k, v in env.items() if k not in SECRETS}
     out.pop(FLAG, None)
@@ -123,13 +123,12 @@ def worker_env(env: dict, box: Sandbox, home_dir: Path | None = None) -> dict:
 
 
 def command(box: Sandbox, argv: list[str]) -> list[str]:
-    """``argv`` run as the workers' user (through ``setpriv``), or as it is."""
+    """``argv`` run as the attempt processes' user (through ``setpriv``), or as it is."""
     return [*_as({"user": box.uid, "group": box.gid}), *argv] if box.switches_user else list(argv)
 
 
 def hand_over(box: Sandbox, *paths: Path) -> None:
-    """Give ``paths`` (and everything under them) to the workers' user, creating missing folders, so a worker
-    running as that user can write there."""
+    """Give ``paths`` (and everything under them, creating missing folders) to the attempt processes' user."""
     if not box.switches_user:
         return
     for top in paths:
@@ -143,32 +142,32 @@ def hand_over(box: Sandbox, *paths: Path) -> None:
 
 
 def hand_over_files(box: Sandbox, *paths: Path) -> None:
-    """Give single files or folders (not what is under them) to the workers' user."""
+    """Give single files or folders (not what is under them) to the attempt processes' user."""
     if box.switches_user:
         for p in paths:
             os.chown(p, box.uid, box.gid, follow_symlinks=False)
 
 
 def _hand_over_once(box: Sandbox, folder: Path) -> None:
-    """:func:`hand_over` a folder the workers keep using (a cache, the politeness locks), unless already theirs."""
+    """:func:`hand_over` a folder the processes keep using (a cache, the politeness locks), unless already theirs."""
     folder.mkdir(parents=True, exist_ok=True)
     if folder.stat().st_uid != box.uid:
         hand_over(box, folder)
 
 
 def prepare(box: Sandbox, settings) -> Path | None:
-    """Ready what every worker of ``settings`` writes besides its attempt's folders (its temporary and home
-    folders, Node's compile cache, the politeness locks) for the sandbox's user; returns the workers' HOME."""
+    """Ready what every attempt process of ``settings`` writes besides its attempt's folders (its temporary and home
+    folders, Node's compile cache, the politeness locks) for the sandbox's user; returns their HOME."""
     if not box.switches_user:
         return None
-    home = settings.workers_dir / "home"
-    for folder in (home, tmp_base(settings.workers_dir, box.uid), settings.workers_dir.parent / "politeness",
+    home = settings.hosts_dir / "home"
+    for folder in (home, tmp_base(settings.hosts_dir, box.uid), settings.hosts_dir.parent / "politeness",
                    *([Path(settings.node_cache)] if settings.node_cache else [])):
         _hand_over_once(box, folder)
-    hand_over_files(box, settings.workers_dir)
+    hand_over_files(box, settings.hosts_dir)
     return home
 
 
 def for_attempt(settings, module_path: Path) -> Sandbox:
-    """The sandbox of a source's workers: ``current`` for this host's FLEET_HOME and the source's folder."""
-    return current(settings.workers_dir.parent, [Path(module_path).parent])
+    """The sandbox of a source's attempts: ``current`` for this machine's FLEET_HOME and the source's folder."""
+    return current(settings.hosts_dir.parent, [Path(module_path).parent])

@@ -1,6 +1,6 @@
-"""A warm worker: one process with its own Chromium, serving the sources steps hand it, one at a time.
+"""A browser host: one process with its own Chromium, serving the sources steps hand it, one at a time.
 
-Started by fleet/scraping/pool.py as ``python -m fleet.scraping.server DIR ID CHROMIUM IDLE_S MAX_SOURCES
+Started by fleet/engine/pool.py as ``python -m fleet.engine.host DIR ID CHROMIUM IDLE_S MAX_SOURCES
 NODE_CACHE``. It stays for the next source only if this one finished cleanly (ok or empty, browser connected,
 nothing left running), and leaves after MAX_SOURCES sources or IDLE_S seconds with nothing to do.
 """
@@ -17,27 +17,27 @@ import threading
 import time
 from pathlib import Path
 
-from fleet.scraping import worker, workerdir
+from fleet.engine import attempt, pool
 from fleet.scraping.discovery import module_name_for
-from fleet.scraping.pool import CONNECT_TIMEOUT_S, DONE, GREETING, tmp_root
-from fleet.scraping.procs import descendants, group_and_descendants, kill_pids, private_tmp, sweep_tmp, unix_address
+from fleet.engine.pool import CONNECT_TIMEOUT_S, DONE, GREETING, tmp_root
+from fleet.engine.procs import descendants, group_and_descendants, kill_pids, private_tmp, sweep_tmp, unix_address
 
 
 def _retire_if_unclaimed(directory: Path, wid: str) -> bool:
-    """Idle for long enough: leave, unless a step has just locked this worker to use it."""
+    """Idle for long enough: leave, unless a step has just locked this host to use it."""
     if not (directory / f"{wid}.lock").exists():
         return True
-    fd = workerdir.try_lock(directory, wid)
+    fd = pool.try_lock(directory, wid)
     if fd is None:
         return False
-    workerdir.remove(directory, wid)
+    pool.remove(directory, wid)
     os.close(fd)
     return True
 
 
 def _abort(directory: Path, wid: str) -> None:
-    """The step this source runs for is gone: so is the source, with this worker, its driver and browser."""
-    workerdir.remove(directory, wid)
+    """The step this source runs for is gone: so is the source, with this host, its driver and browser."""
+    pool.remove(directory, wid)
     kill_pids(descendants(os.getpid()))
     os._exit(1)
 
@@ -50,11 +50,11 @@ def _playwright_task(task: asyncio.Task) -> bool:
 def _left_behind(tasks_before: set, threads_before: set,
                  processes_before: dict[int, int]) -> tuple[list[str], dict[int, int]]:
     """Tasks, threads and processes a scraper started and did not finish: a reason not to reuse this process.
-    The tasks are cancelled and the processes killed. The processes are this worker's group and descendants
+    The tasks are cancelled and the processes killed. The processes are this host's group and descendants
     (``procs.group_and_descendants``, pid -> process group) that were not there before the source: a scraper's
     children are in the group, or in a session of their own if it started them so (``start_new_session``), and
-    are descendants either way. A new process in a group that was there before, other than the worker's, is
-    not the scraper's: the worker's browser starts renderers in Chromium's group. Also returns what it found:
+    are descendants either way. A new process in a group that was there before, other than the host's, is
+    not the scraper's: the host's browser starts renderers in Chromium's group. Also returns what it found:
     when nothing was left behind, that is the next source's ``processes_before``."""
     current = asyncio.current_task()
     me = os.getpid()
@@ -82,11 +82,11 @@ def _command(pid: int) -> str:
         return "?"
 
 
-async def _serve_one(conn: socket.socket, browser: worker.OwnBrowser, served: int, cap: int, directory: Path,
+async def _serve_one(conn: socket.socket, browser: attempt.OwnBrowser, served: int, cap: int, directory: Path,
                      wid: str, group: dict[int, int] | None = None) -> tuple[bool, dict[int, int] | None]:
-    """One source on one connection: whether this worker may take another, and its process group and
-    descendants after this source (None if not known). ``group`` is that of the source before, if this worker
-    served one: a worker is reused only when its source left no process behind, so that is unchanged since,
+    """One source on one connection: whether this host may take another, and its process group and
+    descendants after this source (None if not known). ``group`` is that of the source before, if this host
+    served one: a host is reused only when its source left no process behind, so that is unchanged since,
     and one scan of /proc per source does."""
     loop = asyncio.get_running_loop()
     conn.setblocking(True)
@@ -104,7 +104,7 @@ async def _serve_one(conn: socket.socket, browser: worker.OwnBrowser, served: in
     out = conn.makefile("w", buffering=1, encoding="utf-8", errors="replace")
     request = json.loads(request)
     spec = json.loads(Path(request["spec"]).read_text())
-    # The step's world, not the one of whichever step started this worker.
+    # The step's world, not the one of whichever step started this browser host.
     os.environ.clear()
     os.environ.update(request["env"])
     with contextlib.suppress(OSError):
@@ -130,18 +130,18 @@ async def _serve_one(conn: socket.socket, browser: worker.OwnBrowser, served: in
     stays = False
     try:
         try:
-            result = await worker.scrape(browser, spec)
+            result = await attempt.scrape(browser, spec)
         except Exception as exc:  # the module did not load, or the browser would not open a context
-            result = worker.failure_result(spec, exc)
+            result = attempt.failure_result(spec, exc)
         finally:
             loop.remove_reader(conn.fileno())
-        worker.write_result(spec, result)
+        attempt.write_result(spec, result)
         await asyncio.sleep(0)
         left, group = _left_behind(tasks_before, threads_before, processes_before)
         stays = (result.get("status") in ("ok", "empty") and browser.is_connected() and not left
                  and served + 1 < cap)
         if left:
-            print(f"warm worker {os.getpid()}: the scraper left {', '.join(left)} running; this worker will not "
+            print(f"browser host {os.getpid()}: the scraper left {', '.join(left)} running; this browser host will not "
                   f"be reused", file=out)
         out.write(f"\n{DONE} {'reuse' if stays else 'retire'}\n")
         out.flush()
@@ -156,7 +156,7 @@ async def _serve_one(conn: socket.socket, browser: worker.OwnBrowser, served: in
 
 async def _serve(directory: Path, wid: str, chromium: str, idle_s: float, cap: int, node_cache: str) -> None:
     loop = asyncio.get_running_loop()
-    async with worker.open_browser(chromium, node_cache) as browser:
+    async with attempt.open_browser(chromium, node_cache) as browser:
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         tmp = directory / f".{wid}.sock"
         tmp.unlink(missing_ok=True)
@@ -199,5 +199,5 @@ def serve(directory: Path, wid: str, chromium: str, idle_s: float, cap: int, nod
 
 if __name__ == "__main__":
     if len(sys.argv) != 7:
-        sys.exit("usage: python -m fleet.scraping.server DIR ID CHROMIUM IDLE_S MAX_SOURCES NODE_CACHE")
+        sys.exit("usage: python -m fleet.engine.host DIR ID CHROMIUM IDLE_S MAX_SOURCES NODE_CACHE")
     sys.exit(serve(Path(sys.argv[1]), sys.argv[2], sys.argv[3], float(sys.argv[4]), int(sys.argv[5]), sys.argv[6]))

@@ -1,13 +1,8 @@
-"""A source attempt: the scraper runs in a fresh browser context of its worker's own Chromium, and the worker
-process is killed as a whole at the hard timeout.
-
-:func:`scrape` runs one attempt in the browser it is given. A warm worker (fleet/scraping/server.py) calls it for
-one source after another with the same browser. A worker of its own (``own_process``, ``own_browser``,
-``WorkerSettings.workers == "fresh"``) is started as ``python -m fleet.scraping.worker SPEC.json`` and runs
-:func:`run`: it launches Playwright and a Chromium, and scrapes once.
-Rows are streamed to a spool file, so a timeout keeps what was collected, and on failure the attempt keeps a
-screenshot and the page HTML (fleet/scraping/evidence.py).
-"""
+"""The attempt process: the scraper runs in a fresh browser context of the process's own Chromium, and the process
+is killed as a whole at the hard timeout. :func:`scrape` runs one attempt in the browser it is given: a browser host
+(host.py) calls it source after source; a process of its own (``python -m fleet.engine.attempt SPEC.json``) runs
+:func:`run` once. Rows are streamed to a spool file, so a timeout keeps what was collected; a failure keeps a
+screenshot, the page's HTML and its error (evidence.py)."""
 from __future__ import annotations
 
 import asyncio
@@ -29,14 +24,13 @@ from playwright.async_api import Error as PlaywrightError
 from playwright.async_api import TimeoutError as PlaywrightTimeoutError
 from playwright.async_api import async_playwright
 
-from fleet.config import CHROMIUM_ARGS
+from fleet.config import CHROMIUM_ARGS, chromium_sandbox
 from fleet.errors import BlockedError, NavigationError
 from fleet.scraping.contract import ScrapeContext
 from fleet.scraping.discovery import Source, load_module
 from fleet.scraping.politeness import Politeness
-from fleet.scraping.sandbox import FLAG as SANDBOX_FLAG
-from fleet.scraping.evidence import capture, dump_stacks_on_request, stop_dumping_stacks
-from fleet.scraping.procs import private_tmp
+from fleet.engine.evidence import capture, dump_stacks_on_request, stop_dumping_stacks
+from fleet.engine.procs import private_tmp
 from fleet.scraping.retry import RetryPolicy
 from fleet.storage import provenance
 from fleet.storage.frames import add_unique, encode_row, validate_row
@@ -47,7 +41,7 @@ GONE_EVENT_WAIT_S = 2.0
 
 
 def _die_with_parent() -> None:
-    """If the step process dies (SIGKILL, OOM), take this worker down too rather than orphan it."""
+    """If the step process dies (SIGKILL, OOM), take this process down too rather than orphan it."""
     try:
         libc = ctypes.CDLL("libc.so.6", use_errno=True)
         libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
@@ -67,7 +61,7 @@ exit "$status"
 
 
 class OwnBrowser:
-    """A worker's Chromium, launched through Playwright, and the file its exit status is written to."""
+    """The process's Chromium, launched through Playwright, and the file its exit status is written to."""
 
     def __init__(self, browser, exit_path: Path):
         self.browser, self.exit_path = browser, exit_path
@@ -89,22 +83,20 @@ class OwnBrowser:
 
 @contextlib.asynccontextmanager
 async def open_browser(chromium: str, node_cache: str | None = None):
-    """Playwright's driver and a Chromium of this worker's own (an :class:`OwnBrowser`), open for the ``async
-    with`` block and closed at its end."""
+    """Playwright's driver and a Chromium of this process's own (an :class:`OwnBrowser`), for the ``async with``."""
     if node_cache:
-        # Playwright's driver is a Node.js process per worker; Node keeps its compiled code here between them
-        # (NODE_COMPILE_CACHE, Node >= 22), which saves part of every driver start.
+        # Node keeps the driver's compiled code here between processes (Node >= 22): part of every driver start
         os.environ.setdefault("NODE_COMPILE_CACHE", node_cache)
-    folder = Path(tempfile.mkdtemp(prefix="fleet-browser-"))  # in the worker's private TMPDIR when it has one
+    folder = Path(tempfile.mkdtemp(prefix="fleet-browser-"))  # in the process's private TMPDIR
     try:
         recorder = folder / "chromium"
         recorder.write_text(EXIT_RECORDER.format(chromium=shlex.quote(chromium),
                                                  exit_path=shlex.quote(str(folder / "exit-status"))))
         recorder.chmod(0o700)
         async with async_playwright() as pw:
-            # Chromium's own sandbox when fleet/scraping/sandbox.py found it possible (never as root)
+            # Chromium's own sandbox when fleet/engine/sandbox.py found it possible (never as root)
             browser = await pw.chromium.launch(executable_path=str(recorder), headless=True, args=list(CHROMIUM_ARGS),
-                                               chromium_sandbox=os.environ.get(SANDBOX_FLAG) == "1")
+                                               chromium_sandbox=chromium_sandbox())
             try:
                 yield OwnBrowser(browser, folder / "exit-status")
             finally:
@@ -115,7 +107,7 @@ async def open_browser(chromium: str, node_cache: str | None = None):
 
 
 async def run(spec: dict) -> dict:
-    """One source attempt in a worker of its own: start Playwright and a browser, scrape, close."""
+    """One attempt in a process of its own: start Playwright and a browser, scrape, close."""
     opened = open_browser(spec["chromium"], spec.get("node_cache"))
     try:
         browser = await opened.__aenter__()
@@ -146,7 +138,8 @@ async def scrape(own: OwnBrowser, spec: dict) -> dict:
                         progress_path=Path(spec.get("progress_path") or work / "last_url.txt"),
                         step_pid=spec.get("step_pid"),
                         block_markers=tuple(spec.get("block_markers") or ()),
-                        politeness=Politeness(**spec["politeness"], source=source.name) if spec.get("politeness") else None)
+                        politeness=Politeness(**spec["politeness"], source=source.name)
+                        if spec.get("politeness") else None)
     browser = own.browser
     gone = asyncio.Event()  # set when the browser or this source's renderer dies: no page will answer again
 
@@ -158,8 +151,9 @@ async def scrape(own: OwnBrowser, spec: dict) -> dict:
     browser.on("disconnected", on_gone)
     try:
         context = None
+        missing: list[str] = []  # what a replay asked for that its HAR does not hold
         try:
-            context = await browser.new_context()
+            context = await open_context(browser, spec, missing)
             page = await context.new_page()
         except Exception as exc:  # no scraper code has run: the browser is gone, or will not give it a context
             died = await _browser_died(browser, gone, exc)  # its "disconnected" can come just after the error
@@ -181,6 +175,8 @@ async def scrape(own: OwnBrowser, spec: dict) -> dict:
         seen_keys: dict[tuple, dict] = {}
         count = 0
         imported = False
+        first_rows = spec.get("first_rows")
+        os.environ.update(spec.get("env") or {})  # a fixture's own settings (its demo site's URL), before the import
 
         async def consume():
             nonlocal count, imported
@@ -205,19 +201,22 @@ async def scrape(own: OwnBrowser, spec: dict) -> dict:
                         spool.write(encode_row({**clean, **stamp}) + "\n")
                         spool.flush()
                         count += 1
+                        if first_rows and count >= first_rows:  # a canary: the first page's first rows are enough
+                            break
                     ctx.rows_stored()  # the scrape ended: the last page's rows are all in the spool
                 except (SystemExit, KeyboardInterrupt) as exc:
-                    # The scraper's own: a worker runs in a session of its own, so no Ctrl-C reaches it. Left to
-                    # asyncio, it would end the worker itself, and the source fail as infra, retried, without evidence.
+                    # The scraper's own (no Ctrl-C reaches a process in a session of its own). Left to asyncio, it
+                    # would end the process, and the source fail as infra, retried, without evidence.
                     raise ScraperExit(f"source {source.name}: its scraper raised {type(exc).__name__}"
                                       f"{f'({exc})' if str(exc) else ''}; a scraper returns, or raises an exception, "
-                                      f"but must not exit its worker") from None
+                                      f"but must not exit its attempt process") from None
 
         try:
             await _until_gone(consume(), gone, timeout=max(0.1, ctx.deadline - grace - time.monotonic()))
             result = {"status": "ok" if count else "empty", "category": None}
         except SoftDeadline:  # fleet's own deadline; a TimeoutError the scraper raised is its error, below
-            log.warning("[run %s] [%s] soft deadline reached; saving evidence before the hard limit", spec["run_id"], source.name)
+            log.warning("[run %s] [%s] soft deadline reached; saving evidence before the hard limit",
+                        spec["run_id"], source.name)
             result = {"status": "timeout", "category": "source",
                       "error": f"source {source.name}: timed out after {spec['timeout_s']:g}s (timeout_s)"}
         except Exception as exc:
@@ -239,6 +238,11 @@ async def scrape(own: OwnBrowser, spec: dict) -> dict:
                     result["http_status"] = exc.status
             if infra:
                 result["error"] = f"source {source.name}: the browser crashed: {text}"
+        if missing:  # the replay lacked what the page needs: that, not the scraper's error it led to, is the cause
+            more = f" (and {len(set(missing)) - 1} more)" if len(set(missing)) > 1 else ""
+            result = {**result, "status": "failed", "category": "source", "missing": sorted(set(missing)),
+                      "traceback": None, "error": f"source {source.name}: not in the fixture: {missing[0]}{more}; "
+                               f"re-record with `fleet record {source.name}`"}
         if result["status"] not in ("ok", "empty"):
             hard_deadline = start + spec["timeout_s"]  # when the runner kills this process
             if imported:  # before that, the page is the blank one fleet opened
@@ -255,6 +259,32 @@ async def scrape(own: OwnBrowser, spec: dict) -> dict:
     return result
 
 
+# Requests a page needs to make sense; anything else a replayed HAR lacks (images, fonts, analytics, cache busters
+# no recording can match) is aborted quietly.
+NEEDED = ("document", "xhr", "fetch")
+
+
+async def open_context(browser, spec: dict, missing: list[str]):
+    """The attempt's browser context. Its network is the live one, the live one recorded into ``record_har``
+    (Playwright's HAR, written as the context closes), or ``replay_har`` replayed offline: a request the HAR lacks
+    is aborted, and one of the ``NEEDED`` kinds added to ``missing``. Service workers are blocked for a HAR, whose
+    recorder and router do not see their requests."""
+    if not (spec.get("record_har") or spec.get("replay_har")):
+        return await browser.new_context()
+    options = {"record_har_path": spec["record_har"], "record_har_mode": "full"} if spec.get("record_har") else {}
+    context = await browser.new_context(service_workers="block", **options)
+    if spec.get("replay_har"):
+        async def not_in_fixture(route):
+            if route.request.resource_type in NEEDED:
+                missing.append(f"{route.request.method} {route.request.url}")
+            await route.abort()
+
+        # routes run newest first: the HAR answers what it holds and falls back to this for the rest
+        await context.route("**/*", not_in_fixture)
+        await context.route_from_har(spec["replay_har"], not_found="fallback")
+    return context
+
+
 class BrowserGone(Exception):
     pass
 
@@ -267,7 +297,7 @@ class ScraperImportError(Exception):
     """The scraper's module raised at import (a source failure, named after the module)."""
 
 
-# The phases a worker writes into its attempt's ready file, after its pid.
+# The phases the process writes into its attempt's ready file, after its pid.
 IMPORTING, SCRAPING = "importing", "scraping"
 
 
@@ -309,9 +339,8 @@ async def _until_gone(work, gone: asyncio.Event, timeout: float):
 
 
 def failure_result(spec: dict, exc: BaseException, category: str = "infra", what: str | None = None) -> dict:
-    """The result of an attempt that failed outside the scraper's ``scrape``: ``category`` is the caller's
-    decision (its module did not load: source; no browser, no context: infra). An exception that escaped
-    :func:`scrape` or the worker itself (the default) is fleet's side failing: infra, re-executed at most N times."""
+    """The result of an attempt that failed outside the scraper's ``scrape``, in ``category``: an exception that
+    escaped :func:`scrape` or the process itself (the default) is fleet's side failing: infra, re-executed."""
     return {"status": "failed", "category": category,
             "error": f"source {spec['source']}: {what + ': ' if what else ''}{type(exc).__name__}: {exc}",
             "error_type": type(exc).__name__, "traceback": traceback.format_exc(), "rows": 0, "pages": 0}
