@@ -24,6 +24,7 @@ from playwright.async_api import Error as PlaywrightError
 from playwright.async_api import TimeoutError as PlaywrightTimeoutError
 from playwright.async_api import async_playwright
 
+from fleet import config
 from fleet.config import CHROMIUM_ARGS, chromium_sandbox
 from fleet.errors import BlockedError, NavigationError
 from fleet.scraping.contract import ScrapeContext
@@ -86,7 +87,7 @@ async def open_browser(chromium: str, node_cache: str | None = None):
     """Playwright's driver and a Chromium of this process's own (an :class:`OwnBrowser`), for the ``async with``."""
     if node_cache:
         # Node keeps the driver's compiled code here between processes (Node >= 22): part of every driver start
-        os.environ.setdefault("NODE_COMPILE_CACHE", node_cache)
+        config.export(overwrite=False, NODE_COMPILE_CACHE=node_cache)
     folder = Path(tempfile.mkdtemp(prefix="fleet-browser-"))  # in the process's private TMPDIR
     try:
         recorder = folder / "chromium"
@@ -176,7 +177,7 @@ async def scrape(own: OwnBrowser, spec: dict) -> dict:
         count = 0
         imported = False
         first_rows = spec.get("first_rows")
-        os.environ.update(spec.get("env") or {})  # a fixture's own settings (its demo site's URL), before the import
+        config.export(**(spec.get("env") or {}))  # a fixture's own settings (its demo site's URL), before the import
 
         async def consume():
             nonlocal count, imported

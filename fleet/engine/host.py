@@ -17,6 +17,7 @@ import threading
 import time
 from pathlib import Path
 
+from fleet import config
 from fleet.engine import attempt, pool
 from fleet.scraping.discovery import module_name_for
 from fleet.engine.pool import CONNECT_TIMEOUT_S, DONE, GREETING, tmp_root
@@ -105,8 +106,7 @@ async def _serve_one(conn: socket.socket, browser: attempt.OwnBrowser, served: i
     request = json.loads(request)
     spec = json.loads(Path(request["spec"]).read_text())
     # The step's world, not the one of whichever step started this browser host.
-    os.environ.clear()
-    os.environ.update(request["env"])
+    config.replace_env(request["env"])
     with contextlib.suppress(OSError):
         os.chdir(request["cwd"])
     sys.modules.pop(module_name_for(Path(spec["module_path"])), None)  # its code as it is now

@@ -10,6 +10,8 @@ import stat
 import tempfile
 from pathlib import Path
 
+from fleet import config
+
 
 # A unix socket's address holds at most 107 bytes (sun_path is 108 with its NUL).
 SOCKET_PATH_MAX = 107
@@ -181,7 +183,7 @@ def private_tmp(base: Path) -> Path | None:
             return None
     else:
         return None
-    os.environ["TMPDIR"] = str(own)
+    config.export(TMPDIR=str(own))
     tempfile.tempdir = None  # Python's own temporary files follow TMPDIR too
     return own
 

@@ -121,11 +121,11 @@ def demo_sites_if_bundled():
     from fleet.demo.sites import DemoSites
 
     with DemoSites() as sites:
-        os.environ["FLEET_DEMO_URL"] = sites.url
+        config.export(FLEET_DEMO_URL=sites.url)
         try:
             yield sites
         finally:
-            os.environ.pop("FLEET_DEMO_URL", None)
+            config.export(FLEET_DEMO_URL=None)
 
 
 def print_table(rows: list[Checked], echo) -> None:
