@@ -65,7 +65,8 @@ def run_by_id(instance, run_id: str) -> DagsterRun | None:
 
 def run_records(instance, tags: dict | None = None, statuses=None, limit: int | None = None) -> list[RunRecord]:
     """The runs with ``tags`` (and in ``statuses``), oldest first (storage ids are given in creation order)."""
-    found = instance.get_run_records(RunsFilter(tags=tags or {}, statuses=list(statuses or [])), limit=limit)
+    found = instance.get_run_records(RunsFilter(tags=tags or None, statuses=list(statuses) if statuses else None),
+                                     limit=limit)
     return sorted(found, key=lambda r: r.storage_id)
 
 

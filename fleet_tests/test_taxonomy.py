@@ -215,7 +215,7 @@ DEAD_RUN_SCRIPT = textwrap.dedent("""
             claimed = [c.run_id for c in instance.event_log_storage.get_concurrency_info("scrapers").claimed_slots]
             reap_dead_run(instance, run, "its process is gone")  # what `fleet run` does with a run left behind
             run = instance.get_run_by_id(run.run_id)
-            outcomes = {s: o.status for s, o in tx.run_outcomes(instance, run).items()}
+            outcomes = {s: o.status for s, o in tx.run_outcomes(instance, run, store).items()}
             with_budget = tx.next_action(instance, run, 2, store)
             action, request = follow_up_request(instance, run, int(os.environ["FLEET_CRASH_RERUNS"]), store)
             summary = consolidate(store, WEEK, ["kills_its_run", "steady"])
@@ -237,7 +237,7 @@ DEAD_RUN_SCRIPT = textwrap.dedent("""
                 result = execute_job(reconstructable(d.scrape_week_job), instance, run_config=request.run_config,
                                      tags={tx.PARTITION_TAG: WEEK, **request.tags},
                                      asset_selection=request.asset_selection)
-                out["rerun"] = {s: [o.status, o.retries, o.error] for s, o in tx.run_outcomes(instance, instance.get_run_by_id(result.run_id)).items()}
+                out["rerun"] = {s: [o.status, o.retries, o.error] for s, o in tx.run_outcomes(instance, instance.get_run_by_id(result.run_id), artifact_store()).items()}
             out["spent"] = tx.crash_reexecutions(instance, WEEK)
             out["status"] = {r.source: [r.status, r.category, r.attempts, r.note] for r in
                              week_status(instance, artifact_store(), WEEK, ["kills_its_run"])}

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import json
 
-from dagster import DagsterRunStatus, RunsFilter
+from dagster import DagsterRunStatus
 
+from fleet import records
 from fleet.errors import FleetError
 from fleet.policy import taxonomy as tx
 
@@ -22,17 +23,15 @@ UNFINISHED = [DagsterRunStatus.QUEUED, DagsterRunStatus.NOT_STARTED, DagsterRunS
 
 def holder(instance, run) -> str | None:
     """Why ``run`` may not proceed: the older unfinished run of its week, described; None when it may."""
-    week = run.tags.get("dagster/partition")
-    if not week:
+    week = run.tags.get(tx.PARTITION_TAG)
+    mine = records.run_record(instance, run.run_id) if week else None
+    if mine is None:
         return None
-    mine = instance.get_run_record_by_id(run.run_id)
-    older = [r for r in instance.get_run_records(RunsFilter(tags={"dagster/partition": week}, statuses=UNFINISHED))
-             if r.dagster_run.run_id != run.run_id and mine is not None and r.storage_id < mine.storage_id]
+    older = [r for r in records.run_records(instance, {tx.PARTITION_TAG: week}, UNFINISHED) if r.storage_id < mine.storage_id]
     if not older:
         return None
-    first = min(older, key=lambda r: r.storage_id)
-    other = first.dagster_run
-    driver = other.tags.get("fleet/driver") or other.tags.get("dagster/schedule_name") and "schedule" or "the UI or a sensor"
+    other = older[0].dagster_run
+    driver = other.tags.get(tx.TAG_DRIVER) or other.tags.get("dagster/schedule_name") and "schedule" or "the UI or a sensor"
     where = ""
     worker = other.tags.get("fleet/run_worker")
     if worker:
@@ -50,5 +49,5 @@ def claim_week(instance, run) -> None:
     unfinished."""
     why = holder(instance, run)
     if why is not None:
-        instance.add_run_tags(run.run_id, {SUPERSEDED_TAG: why})
+        records.add_tags(instance, run.run_id, {SUPERSEDED_TAG: why})
         raise FleetError(why)
