@@ -42,19 +42,20 @@ except ImportError as exc:  # pragma: no cover - only on a Dagster that moved th
     raise ImportError(f"fleet.records: this Dagster moved a module fleet uses ({exc}); see fleet.records.NON_PUBLIC") from exc
 
 
-def _tripwire() -> None:
+def tripwire(entries: dict) -> None:
+    """Raise ImportError naming the first listed member this Dagster lacks."""
     owners = {"DagsterInstance": DagsterInstance, "EventLogStorage": EventLogStorage, "RunLauncher": RunLauncher}
-    for entry in NON_PUBLIC:
+    for entry in entries:
         owner, _, names = entry.partition(".")
         if owner not in owners:
             continue
         for name in names.split(", "):
             if not hasattr(owners[owner], name):
-                raise ImportError(f"fleet.records: {owner}.{name} is gone from this Dagster ({NON_PUBLIC[entry]}); "
+                raise ImportError(f"fleet.records: {owner}.{name} is gone from this Dagster ({entries[entry]}); "
                                   "fleet needs a new way to it")
 
 
-_tripwire()
+tripwire(NON_PUBLIC)
 
 # --- runs ---------------------------------------------------------------------------------------------------
 
