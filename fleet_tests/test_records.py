@@ -99,3 +99,5 @@ def test_the_tripwire_names_a_member_this_dagster_lacks():
     records.tripwire(records.NON_PUBLIC)  # this Dagster has every one
     with pytest.raises(ImportError, match=r"fleet\.records: DagsterInstance\.get_events_the_old_way is gone"):
         records.tripwire({"DagsterInstance.get_events_the_old_way": "what it stood in for"})
+    with pytest.raises(ImportError, match=r"fleet\.records: module dagster\._core\.no_such_module is gone"):
+        records.tripwire({"module dagster._core.no_such_module": "a module dagster.yaml names"})
