@@ -155,6 +155,7 @@ def run_outcomes(instance, run, store) -> dict[str, StepOutcome]:
         elif ev.event_type == DagsterEventType.STEP_RESTARTED:
             # a retry that ran; one asked for (STEP_UP_FOR_RETRY) when its run was stopped never did
             retries[src] = retries.get(src, 0) + 1
+            started[src] = rec.event_log_entry.timestamp  # an outcome stored before it is an earlier attempt's
         elif ev.event_type == DagsterEventType.STEP_START:
             started[src] = rec.event_log_entry.timestamp
             out.setdefault(src, StepOutcome(src, "interrupted", "infra", "the step started but never finished (worker lost)"))
