@@ -30,6 +30,8 @@ NON_PUBLIC = {
     "EventLogStorage.get_asset_check_execution_history": "the checks the UI shows as failed",
     "DagsterInstance.run_monitoring_start_timeout_seconds": "the grace before a run worker records itself",
     "RunLauncher._instance": "the instance of fleet's run launcher (fleet/defs/compat.py)",
+    "RunLauncher.check_run_worker_health, supports_check_run_worker_health": "the run-worker health check fleet's "
+                                                                            "launcher gives run monitoring",
     "dagster._core.launcher.base.CheckRunHealthResult": "what a run launcher's worker health check returns",
     "dagster._core.launcher.base.WorkerStatus": "the statuses in it",
     "DagsterInstance.get_ref, from_ref, dispose": "an instance of its own for a reading thread "

@@ -9,10 +9,6 @@ from dagster import DefaultRunLauncher
 from fleet import records
 from fleet.defs.runworker import worker_health
 
-if not callable(getattr(DefaultRunLauncher, "check_run_worker_health", None)):  # pragma: no cover
-    raise ImportError("fleet.defs.compat.FleetRunLauncher: DefaultRunLauncher.check_run_worker_health is gone from "
-                      "this Dagster; fleet's run monitoring needs a new stand-in")
-
 
 class FleetRunLauncher(DefaultRunLauncher):
     """DefaultRunLauncher (runs go to the code server) whose run workers Dagster's run monitoring can check
