@@ -12,7 +12,7 @@ import importlib.util
 from typing import Iterable
 
 from dagster import (
-    AssetKey, DagsterEventType, DagsterInstance, DagsterRun, EventLogRecord, RunRecord, RunsFilter,
+    DagsterEventType, DagsterInstance, DagsterRun, EventLogRecord, RunRecord, RunsFilter,
 )
 
 # Each non-public member fleet uses, and why there is no public way (Dagster 1.13).
@@ -118,18 +118,6 @@ def events(instance, run_id: str, types: Iterable[DagsterEventType] | DagsterEve
         if not page.has_more:
             return out
         cursor = page.cursor
-
-
-def planned_assets(instance, run_id: str) -> dict[str, AssetKey]:
-    """Step key -> the asset key that step of run ``run_id`` was planned to materialize (the run's own
-    ``ASSET_MATERIALIZATION_PLANNED`` events, logged as the run is created), so a step is named by its asset,
-    never by parsing its key."""
-    out = {}
-    for rec in events(instance, run_id, DagsterEventType.ASSET_MATERIALIZATION_PLANNED):
-        ev = rec.event_log_entry.dagster_event
-        if ev.step_key and ev.asset_key is not None:
-            out[ev.step_key] = ev.asset_key
-    return out
 
 
 # --- pools and checks -----------------------------------------------------------------------------------------
