@@ -66,7 +66,8 @@ def test_definitions_carry_fleets_settings_as_resources_and_the_token_as_an_env_
 
 def test_no_private_internals_in_what_fleet_installs():
     """fleet/ and scrapers/ import no private module of Dagster, Playwright, alembic or multiprocessing, and assign
-    no attribute of a library's module; the one exception is fleet/defs/compat.py, under 80 lines."""
+    no attribute of a library's module; the one exception is fleet/records.py, the adapter that lists every
+    non-public Dagster member fleet uses, under 200 lines."""
     import re
     private = re.compile(r"^\s*(from|import)\s+(dagster\._|playwright\._|alembic|"
                          r"multiprocessing\.(forkserver|popen_|context|util|reduction|connection))", re.M)
@@ -74,14 +75,14 @@ def test_no_private_internals_in_what_fleet_installs():
     found = []
     for folder in ("fleet", "scrapers"):
         for path in (ROOT / folder).rglob("*.py"):
-            if path == ROOT / "fleet" / "defs" / "compat.py":
+            if path == ROOT / "fleet" / "records.py":
                 continue
             text = path.read_text()
             found += [f"{path.relative_to(ROOT)}: {m.group(0).strip()}" for m in private.finditer(text)]
             found += [f"{path.relative_to(ROOT)}: {m.group(0).strip()}" for m in patched.finditer(text)]
     assert found == []
     assert not list(ROOT.glob("*.pth")) and not (ROOT / "sitecustomize.py").exists()
-    assert len((ROOT / "fleet" / "defs" / "compat.py").read_text().splitlines()) < 80
+    assert len((ROOT / "fleet" / "records.py").read_text().splitlines()) < 200
 
 
 START_WEEK_PROBE = ("from fleet.config import settings\n"

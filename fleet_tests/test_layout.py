@@ -1,6 +1,8 @@
 """The layout shows the pipeline: fleet's modules import one another without cycles (lazy imports included, type-only
-imports not), and
-the core never imports the Dagster layer."""
+imports not), and the core never imports the Dagster layer (fleet.defs, fleet.cli, fleet.demo). Dagster's records
+(runs, events, tags) are the exception the core needs: the policy reads them through fleet.records, a core module
+that imports no other module of fleet, so the core and the Dagster layer share one door to them without either
+importing the other (fleet_tests/test_records.py holds that nothing else reaches past it)."""
 import ast
 
 from fleet_tests.conftest import ROOT
@@ -71,3 +73,10 @@ def test_the_core_never_imports_the_dagster_layer():
     core = [m for m in graph if not m.startswith(("fleet.defs", "fleet.cli", "fleet.demo"))]
     assert {m: sorted(t for t in graph[m] if t.startswith("fleet.defs")) for m in core
             if any(t.startswith("fleet.defs") for t in graph[m])} == {}
+
+
+def test_the_records_adapter_is_a_leaf_every_layer_may_import():
+    graph = _graph()
+    assert graph["fleet.records"] == set()
+    readers = sorted(m for m, targets in graph.items() if "fleet.records" in targets)
+    assert {"fleet.policy.taxonomy", "fleet.policy.followup", "fleet.defs.claim"} <= set(readers)

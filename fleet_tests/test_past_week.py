@@ -60,7 +60,7 @@ UI_RUN = textwrap.dedent('''
         out = {"success": result.success, "reused": reused, "action": action.kind,
                "failure_tag": instance.get_run_by_id(run.run_id).tags.get(tx.TAG_FAILURE),
                "outcomes": {s: [o.status, o.category, o.error, o.metadata.get("fleet/status")]
-                            for s, o in tx.run_outcomes(instance, run).items()}}
+                            for s, o in tx.run_outcomes(instance, run, store).items()}}
         if action.kind == "publish":
             pub = execute_job(reconstructable(d.publish_week_job), instance,
                               tags={tx.PARTITION_TAG: week, **request.tags}, raise_on_error=False)

@@ -215,7 +215,7 @@ DEAD_RUN_SCRIPT = textwrap.dedent("""
             claimed = [c.run_id for c in instance.event_log_storage.get_concurrency_info("scrapers").claimed_slots]
             reap_dead_run(instance, run, "its process is gone")  # what `fleet run` does with a run left behind
             run = instance.get_run_by_id(run.run_id)
-            outcomes = {s: o.status for s, o in tx.run_outcomes(instance, run).items()}
+            outcomes = {s: o.status for s, o in tx.run_outcomes(instance, run, store).items()}
             with_budget = tx.next_action(instance, run, 2, store)
             action, request = follow_up_request(instance, run, int(os.environ["FLEET_CRASH_RERUNS"]), store)
             summary = consolidate(store, WEEK, ["kills_its_run", "steady"])
@@ -237,7 +237,7 @@ DEAD_RUN_SCRIPT = textwrap.dedent("""
                 result = execute_job(reconstructable(d.scrape_week_job), instance, run_config=request.run_config,
                                      tags={tx.PARTITION_TAG: WEEK, **request.tags},
                                      asset_selection=request.asset_selection)
-                out["rerun"] = {s: [o.status, o.retries, o.error] for s, o in tx.run_outcomes(instance, instance.get_run_by_id(result.run_id)).items()}
+                out["rerun"] = {s: [o.status, o.retries, o.error] for s, o in tx.run_outcomes(instance, instance.get_run_by_id(result.run_id), artifact_store()).items()}
             out["spent"] = tx.crash_reexecutions(instance, WEEK)
             out["status"] = {r.source: [r.status, r.category, r.attempts, r.note] for r in
                              week_status(instance, artifact_store(), WEEK, ["kills_its_run"])}
@@ -320,3 +320,46 @@ def test_the_crash_budget_is_per_week_across_runs(fleet_env):
     out = json.loads(script_run("policy").stdout.strip().splitlines()[-1])
     assert out["action"] == "publish" and out["exhausted"] == ["kills_its_run"]
     assert out["spent"] == {"kills_its_run": 4}
+
+
+def test_a_failure_s_category_is_what_fleet_recorded_never_dagster_s_exception_class(tmp_path):
+    """Real steps in a real run: the category of a failed step comes from the category its Failure carries, else
+    from the outcome its attempt stored, else (nothing recorded: a kill) infra. An exception that merely bears
+    the name of Dagster's crash class is no crash, and a plain exception with nothing recorded is no source fault."""
+    from dagster import AssetKey, DagsterInstance, Failure, StaticPartitionsDefinition, asset, materialize
+
+    from fleet.policy import taxonomy as tx
+    from fleet.scraping import outcome
+    from fleet.storage.store import LocalArtifactStore
+
+    store = LocalArtifactStore(tmp_path / "artifacts")
+    week = StaticPartitionsDefinition([WEEK])
+
+    class ChildProcessCrashException(Exception):  # the name Dagster gives a crashed step process
+        pass
+
+    @asset(key=AssetKey(["raw", "recorded"]), partitions_def=week)
+    def recorded(context):
+        outcome.failed(store, "recorded", WEEK, context.run.run_id, "the price column moved", "source")
+        raise ChildProcessCrashException("named like a crash, recorded as the source's fault")
+
+    @asset(key=AssetKey(["raw", "unrecorded"]), partitions_def=week)
+    def unrecorded(context):
+        raise RuntimeError("ended before its attempt recorded anything")
+
+    @asset(key=AssetKey(["raw", "told"]), partitions_def=week)
+    def told(context):
+        raise Failure(description="[blocked] HTTP 403", metadata={"fleet/category": "blocked"}, allow_retries=False)
+
+    @asset(key=AssetKey(["raw", "earlier"]), partitions_def=week)
+    def earlier(context):
+        raise ValueError("its stored outcome is another run's")
+
+    outcome.failed(store, "earlier", WEEK, "another-run", "an older failure", "source")
+    with DagsterInstance.ephemeral() as instance:
+        result = materialize([recorded, unrecorded, told, earlier], instance=instance, partition_key=WEEK,
+                             raise_on_error=False)
+        run = instance.get_run_by_id(result.run_id)
+        found = {s: (o.status, o.category) for s, o in tx.run_outcomes(instance, run, store).items()}
+    assert found == {"recorded": ("failed", "source"), "unrecorded": ("failed", "infra"),
+                     "told": ("failed", "blocked"), "earlier": ("failed", "infra")}

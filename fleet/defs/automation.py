@@ -6,6 +6,7 @@ from dagster import (
     ScheduleEvaluationContext, SkipReason, run_status_sensor, schedule,
 )
 
+from fleet import records
 from fleet.policy import taxonomy as tx
 from fleet.policy.followup import follow_up_request
 from fleet.weeks import last_complete_week
@@ -30,7 +31,7 @@ def build_automation(scrape_job, publish_job, crash_reruns: int, artifacts):
         # steps' claims on the scrapers pool: Dagster's daemon frees them only with free_slots_after_run_end_seconds,
         # which fleet does not set. Give them back, as reap_dead_run does, before its follow-up asks for them. A run
         # that failed by itself holds none (its executor gave back what its steps had not, as it ended).
-        context.instance.event_log_storage.free_concurrency_slots_for_run(context.dagster_run.run_id)
+        records.free_pool_slots(context.instance, context.dagster_run.run_id)
         return _follow(context, crash_reruns, artifacts)
 
     @run_status_sensor(run_status=DagsterRunStatus.SUCCESS, request_jobs=[scrape_job, publish_job],

@@ -22,6 +22,7 @@ import socket
 import threading
 import time
 
+from fleet import records
 from fleet.config import Settings
 from fleet.errors import FleetError, without_credentials
 
@@ -252,7 +253,7 @@ class WorkerWatch:
             self.app.backend.mark_as_revoked(task_id, reason=why)
             self.forget(task_id)
         with contextlib.suppress(Exception):
-            self.instance.report_engine_event(f"fleet: {why}", self.run)
+            records.engine_event(self.instance, self.run, f"fleet: {why}")
 
 
 @contextlib.contextmanager

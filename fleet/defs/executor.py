@@ -7,6 +7,7 @@ import contextlib
 
 from dagster import Executor, ExecutorDefinition
 
+from fleet import records
 from fleet.defs import codeversion
 from fleet.defs.claim import claim_week
 from fleet.defs.runworker import record_run_worker
@@ -35,7 +36,7 @@ class FleetExecutor(Executor):
         instance, run = plan_context.instance, plan_context.dagster_run
         record_run_worker(instance, run.run_id)
         claim_week(instance, run)
-        instance.add_run_tags(run.run_id, {codeversion.TAG: codeversion.code_version()})
+        records.add_tags(instance, run.run_id, {codeversion.TAG: codeversion.code_version()})
         try:
             with self.watch(instance, run) if self.watch else contextlib.nullcontext():
                 yield from self.inner.execute(plan_context, execution_plan)
@@ -44,9 +45,8 @@ class FleetExecutor(Executor):
             # back (its process died, or its Celery task was revoked before it started). Dagster frees those only
             # with run monitoring's free_slots_after_run_end_seconds, which fleet does not set; without this, each
             # lost worker would shrink the pool for good.
-            if instance.event_log_storage.supports_global_concurrency_limits:
-                with contextlib.suppress(Exception):
-                    instance.event_log_storage.free_concurrency_slots_for_run(run.run_id)
+            with contextlib.suppress(Exception):
+                records.free_pool_slots(instance, run.run_id)
 
 
 def fleet_executor(executor_def: ExecutorDefinition, watch=None) -> ExecutorDefinition:

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import yaml
 
+from fleet import records
 from fleet.config import Settings
 from fleet.errors import FleetError
 
@@ -115,9 +116,8 @@ def check_instance(s: Settings, instance) -> None:
     home = Path(os.environ["DAGSTER_HOME"])
     data = read_config(home)
     where = home / "dagster.yaml"
-    if POOL in set(instance.event_log_storage.get_concurrency_keys()):  # `dagster instance concurrency set`
-        limit = instance.event_log_storage.get_concurrency_info(POOL).slot_count
-    else:
+    limit = records.pool_limit(instance, POOL)  # `dagster instance concurrency set`
+    if limit is None:
         limit = ((data.get("concurrency") or {}).get("pools") or {}).get("default_limit")
     if limit is None:
         raise FleetError(f"{where}: concurrency.pools.default_limit is missing: fleet's '{POOL}' pool needs a limit "
@@ -159,7 +159,7 @@ def get_instance(s: Settings, check: bool = True):
             instance = DagsterInstance.get()
             # Postgres connects lazily: ask it something now, so an unreachable server is refused here, in one
             # line, and not as a stack trace from the first run
-            instance.get_runs(limit=1)
+            records.run_records(instance, limit=1)
         except Exception as exc:
             if not type(exc).__module__.startswith(("sqlalchemy", "psycopg", "dagster_postgres")):
                 raise

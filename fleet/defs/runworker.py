@@ -19,6 +19,7 @@ import time
 
 import dataclasses
 
+from fleet import records
 from fleet.engine.procs import stat_fields
 
 TAG = "fleet/run_worker"
@@ -49,7 +50,7 @@ def identity(pid: int | None = None) -> dict:
 
 def record_run_worker(instance, run_id: str) -> None:
     """Record this process as the worker of run ``run_id`` (the process that executes its plan)."""
-    instance.add_run_tags(run_id, {TAG: json.dumps(identity(), sort_keys=True)})
+    records.add_tags(instance, run_id, {TAG: json.dumps(identity(), sort_keys=True)})
 
 
 @dataclasses.dataclass(frozen=True)

@@ -6,8 +6,9 @@ follow-up carries ``fleet/recovers=<run id>``, and a run that already has one is
 driver saw it first."""
 from __future__ import annotations
 
-from dagster import AssetKey, RunRequest, RunsFilter
+from dagster import AssetKey, RunRequest
 
+from fleet import records
 from fleet.policy import taxonomy as tx
 from fleet.engine import outcome
 from fleet.policy.pastweek import FORCE_TAG
@@ -16,7 +17,7 @@ from fleet.storage import store as keys
 
 def followed_by(instance, run) -> str | None:
     """The id of a run already launched to follow ``run``, or None."""
-    found = instance.get_runs(RunsFilter(tags={tx.TAG_RECOVERS: run.run_id}), limit=1)
+    found = records.runs(instance, {tx.TAG_RECOVERS: run.run_id}, limit=1)
     return found[0].run_id if found else None
 
 
@@ -26,11 +27,11 @@ def follow_up_request(instance, run, max_reruns: int, store):
     run of its week was going (its steps never started; the older run's own follow-up owns the week)."""
     if tx.TAG_SUPERSEDED in run.tags:
         return tx.Action("none", run.tags.get(tx.PARTITION_TAG), reason=run.tags[tx.TAG_SUPERSEDED]), None
-    outcomes = tx.run_outcomes(instance, run)
+    outcomes = tx.run_outcomes(instance, run, store)
     action = tx.next_action(instance, run, max_reruns, store, outcomes=outcomes)
     tag = tx.failure_tag(outcomes.values())
     if tag and run.tags.get(tx.TAG_FAILURE) != tag:
-        instance.add_run_tags(run.run_id, {tx.TAG_FAILURE: tag})
+        records.add_tags(instance, run.run_id, {tx.TAG_FAILURE: tag})
     record_crashes(run, outcomes, store)
     if action.kind in ("rerun", "publish"):
         other = followed_by(instance, run)
@@ -98,6 +99,5 @@ def reap_dead_run(instance, run, reason: str) -> None:
     run's slots when its own process ends them, or from the daemon long after the run ended (never under
     ``fleet run``), so every later step of any week waited "blocked by limit for pool scrapers" behind a dead
     run's claims."""
-    if not run.is_finished:
-        instance.report_run_failed(run, reason)
-    instance.event_log_storage.free_concurrency_slots_for_run(run.run_id)
+    records.report_failed(instance, run, reason)
+    records.free_pool_slots(instance, run.run_id)

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import datetime as dt
 
+from fleet import records
 from fleet.policy import taxonomy as tx
 from fleet.storage import store as keys
-from fleet.weeks import last_complete_week, parse_week
+from fleet.weeks import last_complete_week, parse_week, utc_now
 
 FORCE_TAG = "fleet/force"  # "true": scrape a past week from today's web anyway (`fleet run --force` sets it)
 
@@ -59,7 +60,7 @@ def origin(instance, run):
     refused because it runs later."""
     seen = {run.run_id}
     while run.tags.get(tx.TAG_KIND) == "rerun" and run.tags.get(tx.TAG_RECOVERS) not in seen:
-        earlier = instance.get_run_by_id(run.tags[tx.TAG_RECOVERS])
+        earlier = records.run_by_id(instance, run.tags[tx.TAG_RECOVERS])
         if earlier is None:
             break
         seen.add(earlier.run_id)
@@ -80,12 +81,12 @@ def judge_step(instance, run, week: str, source: str, *, store, deep: bool = Fal
 
     Past means older than the last complete week when the week's run (its :func:`origin`) was created, never at
     ``now``: a retried step of an old run judges as its first attempt did."""
-    now = _utc(now or dt.datetime.now(dt.timezone.utc))
+    now = _utc(now or utc_now())
     # A run created before now holds no week past that is not past now: most steps need no query at all.
     if not is_past(week, now) or not to_fetch(store, week, [source], [source] if deep else (), refresh):
         return None, None
     first = origin(instance, run)
-    record = instance.get_run_record_by_id(first.run_id)
+    record = records.run_record(instance, first.run_id)
     created = _utc(record.create_timestamp) if record is not None else now
     if not is_past(week, created):
         return None, None

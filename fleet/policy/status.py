@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from dagster import DagsterInstance, RunsFilter
-
+from fleet import records
 from fleet.policy import taxonomy as tx
 from fleet.storage import store as keys
 from fleet.storage.store import ArtifactStore
@@ -24,15 +23,14 @@ class SourceStatus:
     host: str = ""         # where its last step ran
 
 
-def week_runs(instance: DagsterInstance, week: str) -> list:
-    records = instance.get_run_records(RunsFilter(tags={tx.PARTITION_TAG: week}))
-    return [r.dagster_run for r in sorted(records, key=lambda r: r.create_timestamp)]
+def week_runs(instance, week: str) -> list:
+    return records.runs(instance, {tx.PARTITION_TAG: week})
 
 
-def week_status(instance: DagsterInstance, store: ArtifactStore, week: str, sources: list[str]) -> list[SourceStatus]:
+def week_status(instance, store: ArtifactStore, week: str, sources: list[str]) -> list[SourceStatus]:
     history: dict[str, list[tx.StepOutcome]] = {s: [] for s in sources}
     for run in week_runs(instance, week):
-        for src, outcome in tx.run_outcomes(instance, run).items():
+        for src, outcome in tx.run_outcomes(instance, run, store).items():
             history.setdefault(src, []).append(outcome)
     out = []
     for src in sorted(history):
@@ -81,7 +79,7 @@ class FailedCheck:
     message: str
 
 
-def failed_checks(instance: DagsterInstance, week: str, sources: list[str], check_names) -> list[FailedCheck]:
+def failed_checks(instance, week: str, sources: list[str], check_names) -> list[FailedCheck]:
     """The checks the Dagster UI shows as failed for ``week``, from what the instance records: each source's
     check's latest execution for the week's partition, evaluated as failed, or planned in a run that failed
     without evaluating it (the UI's "Execution failed": its step failed). The stored check results alone miss
@@ -92,7 +90,7 @@ def failed_checks(instance: DagsterInstance, week: str, sources: list[str], chec
     for source in sources:
         for name in check_names:
             key = AssetCheckKey(AssetKey(["raw", source]), name)
-            latest = next((r for r in instance.event_log_storage.get_asset_check_execution_history(key, limit=1000)
+            latest = next((r for r in records.check_history(instance, key)
                            if r.partition == week), None)
             if latest is None:
                 continue
@@ -100,7 +98,7 @@ def failed_checks(instance: DagsterInstance, week: str, sources: list[str], chec
                 evaluation = latest.event.dagster_event.event_specific_data
                 out.append(FailedCheck(source, name, evaluation.severity.value, evaluation.description or ""))
             elif latest.status.value == "PLANNED":
-                run = instance.get_run_by_id(latest.run_id)
+                run = records.run_by_id(instance, latest.run_id)
                 if run is not None and run.status.value == "FAILURE":
                     out.append(FailedCheck(source, name, "-", f"not evaluated: run {latest.run_id[:8]} failed "
                                                               "before the check ran (see the source's status)"))

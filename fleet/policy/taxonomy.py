@@ -18,20 +18,25 @@ or bot-check page. Alerted; like ``refused``, never re-executed within the run a
 A source whose stored outcome is usable (ok, empty or partial, with its rows stored: ``store.usable_outcome``) is
 not a crash to repair: a step of it that never started, or died after storing its result, is not rerun, and its
 outcome is never overwritten with a crash (fleet/defs/automation.py), so the week keeps its rows.
+A category is what fleet recorded for the attempt: the category its step's ``Failure`` carried, or the outcome the
+attempt stored; a step that failed with neither was killed (``infra``). Dagster's exception classes and messages
+never decide it. Steps are named by the asset they were planned to materialize (fleet/records.py), and every read
+of the event log goes through fleet/records.py.
 """
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 from typing import Iterable
 
-from dagster import AssetKey, DagsterEventType, DagsterInstance, DagsterRunStatus, RunsFilter
+from dagster import AssetKey, DagsterEventType, DagsterRunStatus
 
+from fleet import records
 from fleet.storage import store as keys
 
-RAW_PREFIX = "raw__"
-PUBLISH_STEP = "consolidated_raw_rows"
-INFRA_ERRORS = ("ChildProcessCrashException", "DagsterExecutionInterruptedError", "ChildProcessCrashedError",
-                "DagsterUnknownStepStateError")
+RAW_GROUP = "raw"                # a source's asset is raw/<source>
+RAW_PREFIX = "raw__"             # Dagster's op name for raw/<source>: the key of its run config (``ops``)
+PUBLISH_ASSET = AssetKey("consolidated_raw_rows")
 TAG_KIND = "fleet/kind"          # scrape | rerun | publish | reprocess | release
 TAG_ATTEMPT = "fleet/attempt"
 TAG_RECOVERS = "fleet/recovers"
@@ -66,16 +71,14 @@ class Action:
     exhausted: list[str] = dataclasses.field(default_factory=list)
 
 
+def source_of_asset(key: AssetKey | None) -> str | None:
+    return key.path[-1] if key is not None and len(key.path) == 2 and key.path[0] == RAW_GROUP else None
+
+
 def source_of(step_key: str) -> str | None:
+    """The source of a raw step key. Only for readers that have no run's planned assets at hand
+    (:func:`step_sources` is the way)."""
     return step_key[len(RAW_PREFIX):] if step_key.startswith(RAW_PREFIX) else None
-
-
-def _error_names(error) -> list[str]:
-    names = []
-    while error is not None:
-        names.append(error.cls_name or "")
-        error = error.cause or getattr(error, "context", None)
-    return names
 
 
 def _metadata_values(md) -> dict:
@@ -85,44 +88,66 @@ def _metadata_values(md) -> dict:
     return out
 
 
-def classify_failure(failure_data) -> tuple[str, str]:
-    """(category, message) of a STEP_FAILURE event's data."""
+def step_sources(instance, run_id: str, *types: DagsterEventType) -> tuple[dict[str, str], list]:
+    """``({step key: source}, [(source, record)])`` for run ``run_id``: its raw steps, named by the asset each was
+    planned to materialize, and its events of ``types`` from those steps, in order (one query)."""
+    sources, found = {}, []
+    for rec in records.events(instance, run_id, {DagsterEventType.ASSET_MATERIALIZATION_PLANNED, *types}):
+        ev = rec.event_log_entry.dagster_event
+        if ev.event_type == DagsterEventType.ASSET_MATERIALIZATION_PLANNED:
+            src = source_of_asset(ev.asset_key)
+            if src and ev.step_key:
+                sources[ev.step_key] = src
+        elif ev.step_key in sources:
+            found.append((sources[ev.step_key], rec))
+    return sources, found
+
+
+def _attempt_start(attempt: str | None) -> float | None:
+    try:  # an attempt's id starts with its start time in UTC (fleet/storage/store.py new_attempt_id)
+        return dt.datetime.strptime(attempt[:21], "%Y%m%dT%H%M%S%f").replace(tzinfo=dt.timezone.utc).timestamp()
+    except (TypeError, ValueError):
+        return None
+
+
+def recorded_outcome(store, week: str, source: str, run_id: str, since: float) -> dict | None:
+    """The outcome fleet stored for the attempt of ``source`` that a step of run ``run_id`` started at ``since``,
+    or None when that attempt stored none (its step died before the runner could record it)."""
+    rec = keys.read_outcome(store, week, source) if week else None
+    start = _attempt_start((rec or {}).get("attempt"))
+    return rec if rec and rec.get("run_id") == run_id and start is not None and start >= since else None
+
+
+def classify_failure(failure_data, recorded: dict | None) -> tuple[str, str]:
+    """(category, message) of a failed step, from what fleet recorded: the category its ``Failure`` carried, else
+    the stored outcome of its attempt, else none at all, which is a kill (``infra``). Dagster's error, its class
+    or its message, never decides the category; its message only describes it."""
     user = getattr(failure_data, "user_failure_data", None)
     error = getattr(failure_data, "error", None)
-    if user is not None:
-        md = _metadata_values(user.metadata)
-        cat = md.get("fleet/category")
-        if cat in CATEGORIES:
-            return cat, user.description or (error.message if error else "")
-    names = _error_names(error)
     message = (error.message.strip() if error and error.message else "") or "step failed"
-    if any(n in INFRA_ERRORS for n in names):
-        return "infra", message
-    return "source", message
+    if user is not None:
+        cat = _metadata_values(user.metadata).get("fleet/category")
+        if cat in CATEGORIES:
+            return cat, user.description or message
+    if recorded and recorded.get("category") in CATEGORIES:
+        return recorded["category"], recorded.get("error") or message
+    if recorded:  # its attempt stored a result and the step died after it
+        return "infra", f"the step ended after its attempt stored {recorded.get('status')}: {message}"
+    return "infra", message
 
 
-def planned_steps(instance: DagsterInstance, run) -> list[str]:
-    if run.execution_plan_snapshot_id:
-        snap = instance.get_execution_plan_snapshot(run.execution_plan_snapshot_id)
-        if snap is not None:
-            keys = snap.step_keys_to_execute or [s.key for s in snap.steps]
-            return list(keys)
-    return []
-
-
-def run_outcomes(instance: DagsterInstance, run) -> dict[str, StepOutcome]:
+def run_outcomes(instance, run, store) -> dict[str, StepOutcome]:
     """Per source scraped in ``run``: what happened to its step."""
-    records = instance.all_logs(run.run_id, of_type={DagsterEventType.STEP_START, DagsterEventType.STEP_SUCCESS,
-                                                      DagsterEventType.STEP_FAILURE, DagsterEventType.STEP_RESTARTED,
-                                                      DagsterEventType.ASSET_MATERIALIZATION})
+    planned, found = step_sources(instance, run.run_id, DagsterEventType.STEP_START, DagsterEventType.STEP_SUCCESS,
+                                  DagsterEventType.STEP_FAILURE, DagsterEventType.STEP_RESTARTED,
+                                  DagsterEventType.ASSET_MATERIALIZATION)
+    week = run.tags.get(PARTITION_TAG)
     out: dict[str, StepOutcome] = {}
     retries: dict[str, int] = {}
     hosts: dict[str, str] = {}
-    for rec in records:
-        ev = rec.dagster_event
-        src = source_of(ev.step_key or "")
-        if src is None:
-            continue
+    started: dict[str, float] = {}
+    for src, rec in found:
+        ev = rec.event_log_entry.dagster_event
         if ev.event_type == DagsterEventType.ASSET_MATERIALIZATION:
             host = _metadata_values(ev.event_specific_data.materialization.metadata).get("fleet/host")
             if host:
@@ -130,19 +155,21 @@ def run_outcomes(instance: DagsterInstance, run) -> dict[str, StepOutcome]:
         elif ev.event_type == DagsterEventType.STEP_RESTARTED:
             # a retry that ran; one asked for (STEP_UP_FOR_RETRY) when its run was stopped never did
             retries[src] = retries.get(src, 0) + 1
+            started[src] = rec.event_log_entry.timestamp  # an outcome stored before it is an earlier attempt's
         elif ev.event_type == DagsterEventType.STEP_START:
+            started[src] = rec.event_log_entry.timestamp
             out.setdefault(src, StepOutcome(src, "interrupted", "infra", "the step started but never finished (worker lost)"))
         elif ev.event_type == DagsterEventType.STEP_SUCCESS:
             out[src] = StepOutcome(src, "succeeded")
         else:
             data = ev.step_failure_data
-            cat, msg = classify_failure(data)
+            recorded = recorded_outcome(store, week, src, run.run_id, started.get(src, rec.event_log_entry.timestamp))
+            cat, msg = classify_failure(data, recorded)
             md = _metadata_values(data.user_failure_data.metadata) if data.user_failure_data else {}
             out[src] = StepOutcome(src, "failed", cat, msg, md)
     if run.status in (DagsterRunStatus.FAILURE, DagsterRunStatus.CANCELED):
-        for key in planned_steps(instance, run):
-            src = source_of(key)
-            if src and src not in out:
+        for src in planned.values():
+            if src not in out:
                 out[src] = StepOutcome(src, "not started", "infra", "the run ended before this step started")
     for src, n in retries.items():
         if src in out:
@@ -159,7 +186,7 @@ def failure_tag(outcomes: Iterable[StepOutcome]) -> str | None:
     return cats.pop() if len(cats) == 1 else "mixed"
 
 
-def crash_reexecutions(instance: DagsterInstance, week: str, sources: Iterable[str] | None = None) -> dict[str, int]:
+def crash_reexecutions(instance, week: str, sources: Iterable[str] | None = None) -> dict[str, int]:
     """Per source, the re-executions after a crash it has had (or has been granted) in ``week``, over all the
     week's runs: each ``STEP_RESTARTED`` of its step (an in-run retry that started, in a run of any kind), plus
     each rerun run whose selection holds it. This is the budget ``FLEET_CRASH_RERUNS`` bounds. A retry that is
@@ -169,15 +196,14 @@ def crash_reexecutions(instance: DagsterInstance, week: str, sources: Iterable[s
     ``sources=None``: every source with a count."""
     wanted = None if sources is None else set(sources)
     counts: dict[str, int] = {s: 0 for s in wanted or ()}
-    for run in instance.get_runs(RunsFilter(tags={PARTITION_TAG: week})):
+    for run in records.runs(instance, {PARTITION_TAG: week}):
         if run.tags.get(TAG_KIND) == "rerun":
             for key in run.asset_selection or ():
-                src = key.path[-1] if len(key.path) == 2 and key.path[0] == "raw" else None
+                src = source_of_asset(key)
                 if src and (wanted is None or src in wanted):
                     counts[src] = counts.get(src, 0) + 1
-        for rec in instance.all_logs(run.run_id, of_type=DagsterEventType.STEP_RESTARTED):
-            src = source_of(rec.dagster_event.step_key or "")
-            if src and (wanted is None or src in wanted):
+        for src, _rec in step_sources(instance, run.run_id, DagsterEventType.STEP_RESTARTED)[1]:
+            if wanted is None or src in wanted:
                 counts[src] = counts.get(src, 0) + 1
     return counts
 
@@ -185,7 +211,7 @@ def crash_reexecutions(instance: DagsterInstance, week: str, sources: Iterable[s
 BUDGET_TAG = "fleet/budget"  # on the Failure of a re-execution refused by budget_exhausted
 
 
-def budget_exhausted(instance: DagsterInstance, run, source: str, retry_number: int, max_reruns: int) -> str | None:
+def budget_exhausted(instance, run, source: str, retry_number: int, max_reruns: int) -> str | None:
     """Why the execution of ``source``'s step that is starting in ``run`` must not scrape, or None.
 
     The first attempt of a run that is not a rerun is no re-execution and always goes ahead (and costs no
@@ -201,10 +227,15 @@ def budget_exhausted(instance: DagsterInstance, run, source: str, retry_number: 
             f"re-executions after a crash that FLEET_CRASH_RERUNS={max_reruns} allows for week {week}; not scraping it again")
 
 
+def step_config(run, source: str) -> dict:
+    """The config ``run`` gave ``source``'s step (``RawConfig``: deep, refresh, ...)."""
+    return ((run.run_config or {}).get("ops", {}).get(f"{RAW_PREFIX}{source}") or {}).get("config") or {}
+
+
 def _asks_to_replace(run, source: str, stored: dict) -> bool:
     """Whether ``run`` was asked to scrape ``source`` again over its stored outcome (``--refresh``, or
     ``--deep`` over a shallow artifact), so a crash of its step leaves that request undone."""
-    config = ((run.run_config or {}).get("ops", {}).get(f"{RAW_PREFIX}{source}") or {}).get("config") or {}
+    config = step_config(run, source)
     return bool(config.get("refresh")) or (bool(config.get("deep")) and not stored.get("deep", False))
 
 
@@ -215,19 +246,20 @@ def settled(store, run, source: str) -> bool:
     return stored is not None and (stored.get("run_id") == run.run_id or not _asks_to_replace(run, source, stored))
 
 
-def published_in(instance: DagsterInstance, run) -> bool:
-    records = instance.all_logs(run.run_id, of_type={DagsterEventType.STEP_SUCCESS})
-    return any(r.dagster_event.step_key == PUBLISH_STEP for r in records)
+def published_in(instance, run) -> bool:
+    """Whether ``run`` consolidated its week (materialized the asset the publish stage starts with)."""
+    return any(rec.event_log_entry.dagster_event.asset_key == PUBLISH_ASSET
+               for rec in records.events(instance, run.run_id, DagsterEventType.ASSET_MATERIALIZATION))
 
 
-def next_action(instance: DagsterInstance, run, max_reruns: int, store, outcomes: dict | None = None) -> Action:
+def next_action(instance, run, max_reruns: int, store, outcomes: dict | None = None) -> Action:
     """What should follow a finished run: re-execute its crashed sources (bounded), publish the week, or nothing.
 
     A crashed source is re-executed while its :func:`crash_reexecutions` for the week (this run's retries
     included) are fewer than ``max_reruns``; a :func:`settled` source is not re-executed, nor is a ``refused``
     one. A run whose sources were all refused is followed by nothing."""
     week = run.tags.get(PARTITION_TAG)
-    outcomes = run_outcomes(instance, run) if outcomes is None else outcomes
+    outcomes = run_outcomes(instance, run, store) if outcomes is None else outcomes
     if not week or not outcomes:
         return Action("none", week, reason="not a scrape run")
     if all(o.category == REFUSED for o in outcomes.values()):
