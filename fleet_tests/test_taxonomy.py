@@ -329,7 +329,7 @@ def test_a_failure_s_category_is_what_fleet_recorded_never_dagster_s_exception_c
     from dagster import AssetKey, DagsterInstance, Failure, StaticPartitionsDefinition, asset, materialize
 
     from fleet.policy import taxonomy as tx
-    from fleet.scraping import outcome
+    from fleet.engine import outcome
     from fleet.storage.store import LocalArtifactStore
 
     store = LocalArtifactStore(tmp_path / "artifacts")
