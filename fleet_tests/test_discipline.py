@@ -228,14 +228,14 @@ def test_bad_settings_are_refused_naming_the_setting_before_anything_runs(fleet_
 def test_a_failed_steps_line_quotes_its_own_error_not_dagsters_wrapper():
     from dagster._utils.error import SerializableErrorInfo
 
-    from fleet.cli import _step_error
+    from fleet.defs.report import step_error
 
     cause = SerializableErrorInfo("fleet.errors.CommitError: data remote /x exists and is not a directory\n", [],
                                   "CommitError")
     wrapped = SerializableErrorInfo('dagster._core.errors.DagsterExecutionStepExecutionError: Error occurred while '
                                     'executing op "raw_commit":\n', [], "DagsterExecutionStepExecutionError", cause)
-    assert _step_error(wrapped) == cause.message.strip()
-    assert _step_error(cause) == cause.message.strip() and _step_error(None) == "failed"
+    assert step_error(wrapped) == cause.message.strip()
+    assert step_error(cause) == cause.message.strip() and step_error(None) == "failed"
 
 
 def test_the_demo_latency_the_ui_port_and_an_empty_branch_are_settings_like_the_others(fleet_env, monkeypatch):
