@@ -87,7 +87,7 @@ def demo(week, sources, deep, refresh, force, verbose):
     """Start the bundled demo sites on 127.0.0.1 and run the demo scrapers against them."""
     w = resolve_week(week)
     _check_run_options(sources, deep)
-    sys.exit(driver.demo(w, sources, deep, refresh, force, verbose))
+    sys.exit(driver.run(w, sources, deep, refresh, force, verbose, demo=True))
 
 
 @main.command()

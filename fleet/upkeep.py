@@ -11,7 +11,7 @@ from fleet.config import settings
 from fleet.weeks import last_complete_week
 
 
-def _mb(n: int) -> str:
+def mb(n: int) -> str:
     return f"{n / 1e6:.1f} MB"
 
 
@@ -25,10 +25,10 @@ def gc(keep_weeks: int, dry_run: bool, echo=click.echo) -> int:
     removals = retention.plan(store, keep_weeks, last_complete_week())
     verb = "would remove" if dry_run else "removed"
     for r in removals:
-        echo(f"{r.week}  {'kept' if r.kept_because else verb:<12} {r.key:<40} {_mb(r.bytes):>10}"
+        echo(f"{r.week}  {'kept' if r.kept_because else verb:<12} {r.key:<40} {mb(r.bytes):>10}"
              + (f"  ({r.kept_because})" if r.kept_because else ""))
     freed = sum(r.bytes for r in removals if not r.kept_because) if dry_run else retention.collect(store, removals)
-    echo(f"{verb} {sum(1 for r in removals if not r.kept_because)} item(s), {_mb(freed)}")
+    echo(f"{verb} {sum(1 for r in removals if not r.kept_because)} item(s), {mb(freed)}")
     return 0
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import click
 
 from fleet.config import scraper_dirs, settings
+from fleet.upkeep import mb
 
 EXIT_OK, EXIT_PARTIAL, EXIT_NOTHING = 0, 1, 2
 
@@ -162,6 +163,3 @@ def history(source: str, echo=click.echo) -> int:
         return EXIT_NOTHING
     return EXIT_OK
 
-
-def mb(n: int) -> str:
-    return f"{n / 1e6:.1f} MB"

@@ -56,22 +56,16 @@ def past_week_refusal(week: str, sources: tuple[str, ...] = (), deep: tuple[str,
 
 
 def run(week: str, sources: tuple[str, ...] = (), deep: tuple[str, ...] = (), refresh: bool = False,
-        force: bool = False, verbose: bool = False, echo=click.echo) -> int:
-    """`fleet run`: refused up front for a past week without ``force``, else :func:`run_week`."""
-    why = None if force else past_week_refusal(week, sources, deep, refresh)
-    if why:
-        raise FleetError(why)
-    return run_week(week, sources, deep, refresh, force, echo, verbose)
-
-
-def demo(week: str, sources: tuple[str, ...] = (), deep: tuple[str, ...] = (), refresh: bool = False,
-         force: bool = False, verbose: bool = False, echo=click.echo) -> int:
-    """`fleet demo`: :func:`run` with the bundled demo sites serving on 127.0.0.1 meanwhile."""
+        force: bool = False, verbose: bool = False, demo: bool = False, echo=click.echo) -> int:
+    """`fleet run` (``demo``: `fleet demo`, with the bundled demo sites serving on 127.0.0.1 meanwhile): refused
+    up front for a past week without ``force``, else :func:`run_week`."""
     from fleet.demo.sites import DemoSites
 
     why = None if force else past_week_refusal(week, sources, deep, refresh)
     if why:
         raise FleetError(why)
+    if not demo:
+        return run_week(week, sources, deep, refresh, force, echo, verbose)
     with DemoSites() as sites:
         os.environ["FLEET_DEMO_URL"] = sites.url  # the demo scrapers and every step of the run read it
         echo(f"fleet: demo sites at {sites.url}")
