@@ -12,16 +12,17 @@ import sys
 import click
 
 from fleet.config import chromium_path, scraper_dirs, settings
+from fleet.defs.report import EXIT_NOTHING, EXIT_OK, open_store, report, source_names
 from fleet.errors import FleetError, without_credentials
 from fleet.weeks import parse_week, utc_now
-
-from fleet.defs.report import EXIT_NOTHING, EXIT_OK, open_store, report, source_names
 
 
 def _logging(verbose: bool) -> dict:
     """The run config of Dagster's console logger. Without -v it prints nothing: fleet's own lines (a line per
-    source as it ends, then the table) say what happened, and each of Dagster's INFO lines, repeating the run id
-    that fleet's messages already carry, would double them. Events reach the event log whatever this level."""
+    source as it ends, then the table) say what happened, and Dagster's lines would say it again, each with the
+    run id twice (its own prefix and fleet's message's). Events reach the event log whatever this level. The one
+    console line no run config reaches (STEP_WORKER_STARTED, logged in each step's process by a log manager of
+    Dagster's defaults) follows the instance's ``python_logs.python_log_level``."""
     return {"loggers": {"console": {"config": {"log_level": "DEBUG" if verbose else "CRITICAL"}}}}
 
 
