@@ -1,9 +1,12 @@
 """Run discipline: one run per week, kill -9 at any point then rerun, reprocess, refusal of past weeks."""
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import time
+
+import pytest
 
 from fleet_tests.conftest import ROOT, WEEK, committed_frame, run_fleet, start_ui
 from fleet_tests.gitremote import log
@@ -71,6 +74,24 @@ def test_reprocess_and_past_weeks(fleet_env):
     assert rerun.returncode == 0, rerun.stderr[-2000:]
     assert "reusing the stored artifact" in rerun.stdout + rerun.stderr
     assert len(log(fleet_env.remote)) == n
+
+
+@pytest.mark.skipif(shutil.which("faketime") is None, reason="needs libfaketime's faketime to set the clock")
+def test_west_of_utc_late_on_sunday_the_default_week_is_the_one_the_past_week_guard_accepts(fleet_env):
+    """Sunday 2026-11-29 23:30 in Los Angeles is Monday 07:30 in UTC: the week of 2026-11-23 is complete. The
+    default week is judged in UTC, as "past" is; judged in local time it was 2026-11-16, which the guard refused
+    as past."""
+    env = {**_steady_env(fleet_env), "TZ": "America/Los_Angeles"}
+
+    def fleet(*args):
+        return subprocess.run(["faketime", "-f", "@2026-11-29 23:30:00", sys.executable, "-m", "fleet.cli", *args],
+                              env=env, cwd=fleet_env.home, capture_output=True, text=True, timeout=420)
+
+    res = fleet("run")
+    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
+    assert "fleet: scraping week 2026-11-23 " in res.stdout
+    assert log(fleet_env.remote)[1]["subject"] == "fleet: raw rows for week 2026-11-23"
+    assert fleet("status").stdout.startswith("week 2026-11-23\n")
 
 
 def test_a_past_week_with_a_failed_source_is_not_scraped_now_without_force(fleet_env):
@@ -228,14 +249,14 @@ def test_bad_settings_are_refused_naming_the_setting_before_anything_runs(fleet_
 def test_a_failed_steps_line_quotes_its_own_error_not_dagsters_wrapper():
     from dagster._utils.error import SerializableErrorInfo
 
-    from fleet.cli import _step_error
+    from fleet.defs.report import step_error
 
     cause = SerializableErrorInfo("fleet.errors.CommitError: data remote /x exists and is not a directory\n", [],
                                   "CommitError")
     wrapped = SerializableErrorInfo('dagster._core.errors.DagsterExecutionStepExecutionError: Error occurred while '
                                     'executing op "raw_commit":\n', [], "DagsterExecutionStepExecutionError", cause)
-    assert _step_error(wrapped) == cause.message.strip()
-    assert _step_error(cause) == cause.message.strip() and _step_error(None) == "failed"
+    assert step_error(wrapped) == cause.message.strip()
+    assert step_error(cause) == cause.message.strip() and step_error(None) == "failed"
 
 
 def test_the_demo_latency_the_ui_port_and_an_empty_branch_are_settings_like_the_others(fleet_env, monkeypatch):

@@ -29,7 +29,7 @@ def test_demo_run_in_a_pipe_prints_a_line_per_source_as_it_finishes(fleet_env):
 
 
 def test_final_table_fits_63_character_names():
-    from fleet.cli import print_status
+    from fleet.defs.report import print_status
     from fleet.policy.status import SourceStatus
 
     long = "s" * 63

@@ -1,5 +1,5 @@
 """Live progress of `fleet run`: each source's step as it finishes, read from the Dagster instance's event log by a
-thread (Dagster logs step events at DEBUG, so the console alone says nothing until the end)."""
+thread. These lines, not Dagster's console, are what `fleet run` says while it runs (Dagster's only with -v)."""
 from __future__ import annotations
 
 import threading
@@ -91,6 +91,8 @@ class Progress:
             rows = 0
         self.finished[src] = {"status": status, "rows": rows, "seconds": seconds, "ok": ok}
         line = f"{src} {status} {rows} rows {seconds:.1f}s"
+        if ok and stored and not mine:  # a step succeeds without storing an outcome only by reusing the stored one
+            line += ", reusing the stored artifact"
         if self._live is not None:
             self._live.update(self._view())  # first: printing above the view redraws it
             self._live.console.print(line, highlight=False)

@@ -1,0 +1,97 @@
+"""What a scraper's life-cycle commands do (`fleet new`, `test`, `record`, `smoke`, `canary`, `unquarantine`):
+each takes the parsed options, prints its lines and returns the exit code (0: all pass, 1: some failed)."""
+from __future__ import annotations
+
+import click
+
+from fleet.config import chromium_path, scraper_dirs, settings
+
+EXIT_OK, EXIT_PARTIAL = 0, 1
+
+
+def _store():
+    from fleet.storage.open import open_store
+
+    s = settings()
+    return open_store(s.store_url, s.artifact_cache)
+
+
+def _table(rows, echo) -> int:
+    from fleet.lifecycle.replay import print_table
+
+    print_table(rows, echo)
+    return EXIT_PARTIAL if any(r.result == "fail" for r in rows) else EXIT_OK
+
+
+def new_source(name: str, url: str, echo=click.echo) -> int:
+    from fleet.lifecycle.scaffold import new
+
+    module, har, expect = new(name, url, scraper_dirs())
+    echo(f"fleet: wrote {module} and {har} ({expect['rows']} row(s)); edit the scraper, then "
+         f"`fleet record {name}` and `fleet test {name}`")
+    return EXIT_OK
+
+
+def test(names: tuple[str, ...], echo=click.echo) -> int:
+    from fleet.lifecycle.replay import test_sources
+
+    chromium_path()
+    rows = test_sources(scraper_dirs(), names)
+    code = _table(rows, echo)
+    if not any(r.result != "skip" for r in rows):
+        echo("fleet: no source has a fixture; nothing was tested")
+    return code
+
+
+def record(name: str, echo=click.echo) -> int:
+    from fleet.lifecycle.fixtures import compare
+    from fleet.lifecycle.replay import demo_sites_if_bundled, record as record_fixture, select
+
+    chromium_path()
+    (source,), _ = select(scraper_dirs(), (name,))
+    with demo_sites_if_bundled():
+        old, new = record_fixture(source)
+    if old is None:
+        echo(f"fleet: recorded {name}: {new['rows']} rows (no earlier fixture)")
+    else:
+        diff = compare(old, new)
+        echo(f"fleet: recorded {name}: " + ("; ".join(diff) if diff else f"no change ({new['rows']} rows)"))
+    return EXIT_OK
+
+
+def smoke(ref: str, echo=click.echo) -> int:
+    from fleet.lifecycle import smoke as smoking
+    from fleet.lifecycle.replay import demo_sites_if_bundled
+    from fleet.scraping.discovery import discover
+
+    chromium_path()
+    dirs = scraper_dirs()
+    with demo_sites_if_bundled():
+        rows = smoking.smoke(discover(dirs), ref, dirs[0], _store(), echo)
+    return EXIT_OK if rows is None else _table(rows, echo)
+
+
+def canary(names: tuple[str, ...], echo=click.echo) -> int:
+    from fleet.lifecycle.canary import check
+    from fleet.lifecycle.replay import demo_sites_if_bundled, select
+
+    chromium_path()
+    sources, _ = select(scraper_dirs(), names)
+    with demo_sites_if_bundled():
+        rows = check(sources, _store(), settings().home)  # the webhook: FLEET_ALERT_WEBHOOK, as for every alert
+    return _table(rows, echo)
+
+
+def unquarantine(name: str, echo=click.echo) -> int:
+    from fleet.lifecycle import quarantine
+    from fleet.lifecycle.replay import select
+
+    (source,), _ = select(scraper_dirs(), (name,))
+    store = _store()
+    q = quarantine.state(store, name, source.quarantine_after)
+    if q is None:
+        echo(f"fleet: source {name} is not quarantined")
+        return EXIT_OK
+    quarantine.lift(store, name, by="fleet unquarantine")
+    echo(f"fleet: lifted the quarantine of {name} (failed weeks {', '.join(q.weeks)}); the next run scrapes it")
+    return EXIT_OK
