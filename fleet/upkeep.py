@@ -3,10 +3,10 @@ the data repository). Each prints its lines and returns the exit code."""
 from __future__ import annotations
 
 import datetime as dt
-import os
 
 import click
 
+from fleet import config
 from fleet.config import settings
 from fleet.weeks import last_complete_week
 
@@ -39,7 +39,6 @@ def freshness(deadline: str | None, now: dt.datetime, echo=click.echo) -> int:
     from fleet.publish.datarepo import DataRepo
 
     s = settings()
-    due = fresh.parse_deadline(deadline, "--deadline") if deadline is not None else fresh.parse_deadline(
-        os.environ.get(fresh.SETTING))
+    due = fresh.parse_deadline(deadline, "--deadline") if deadline is not None else config.freshness_deadline()
     return fresh.check(DataRepo.from_settings(s), s.home, now, due, start_week=s.start_week,
-                       webhook=os.environ.get("FLEET_ALERT_WEBHOOK", "").strip() or None, echo=echo)
+                       webhook=config.alert_webhook(), echo=echo)

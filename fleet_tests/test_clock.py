@@ -42,11 +42,5 @@ def test_the_clock_and_the_past_week_guard_agree_west_of_utc(tmp_path):
     assert report["clock"] == report["guard"] == "2026-11-16", report
 
 
-def test_the_driver_runs_the_week_the_guard_accepts_west_of_utc(tmp_path):
-    """`fleet run` with no --week (cli.resolve_week) runs the last complete week in UTC, which the guard does not
-    call past; on the local calendar it would be the week before, a past week the guard refuses to scrape."""
-    report = at_sunday_night_west_of_utc(tmp_path, "from fleet.cli import resolve_week\n"
-                                                   "report['driver'] = resolve_week(None)\n"
-                                                   "report['past'] = is_past(report['driver'], now)\n")
-    assert report["driver"] == report["guard"] == "2026-11-16", report
-    assert report["past"] is False, report
+# The driver's side, end to end (`fleet run` with no --week under the same fake clock, scraping and committing):
+# fleet_tests/test_discipline.py::test_west_of_utc_late_on_sunday_the_default_week_is_the_one_the_past_week_guard_accepts

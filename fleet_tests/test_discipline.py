@@ -76,11 +76,12 @@ def test_reprocess_and_past_weeks(fleet_env):
     assert len(log(fleet_env.remote)) == n
 
 
-@pytest.mark.skipif(shutil.which("faketime") is None, reason="needs libfaketime's faketime to set the clock")
 def test_west_of_utc_late_on_sunday_the_default_week_is_the_one_the_past_week_guard_accepts(fleet_env):
     """Sunday 2026-11-29 23:30 in Los Angeles is Monday 07:30 in UTC: the week of 2026-11-23 is complete. The
     default week is judged in UTC, as "past" is; judged in local time it was 2026-11-16, which the guard refused
     as past."""
+    if shutil.which("faketime") is None:
+        pytest.fail("faketime is not installed (Debian's faketime package; .ci/setup installs it)")
     env = {**_steady_env(fleet_env), "TZ": "America/Los_Angeles"}
 
     def fleet(*args):

@@ -49,9 +49,6 @@ def test_fleet_run_in_a_pipe_prints_its_own_lines_and_dagsters_only_with_v(fleet
     assert re.search(r"^steady ok 3 rows \d+\.\ds, reusing the stored artifact$", verbose.stdout, re.M), verbose.stdout
 
 
-@pytest.mark.xfail(strict=True, reason="Dagster prints STEP_WORKER_STARTED (DEBUG) in each step's process through a "
-                   "logger that no run config reaches; only the instance's python_logs.python_log_level (INFO) "
-                   "quiets it, which fleet/defs/instance.py's dagster.yaml must set (see the branch's report)")
 def test_fleet_run_in_a_pipe_prints_no_dagster_line_at_all(fleet_env):
     quiet = run_fleet(_env(fleet_env), "run", "--week", WEEK, "--force")
     assert quiet.returncode == 1, quiet.stdout[-3000:] + quiet.stderr[-3000:]

@@ -10,6 +10,7 @@ from pathlib import Path
 import yaml
 
 from fleet import records
+from fleet import config
 from fleet.config import Settings
 from fleet.errors import FleetError
 
@@ -58,6 +59,10 @@ run_coordinator:
 run_launcher:
   module: fleet.defs.compat
   class: FleetRunLauncher
+# Dagster prints STEP_WORKER_STARTED (DEBUG) in each step's process through a logger that no run config reaches;
+# this level quiets it. Events reach the event log whatever it is: Dagster's own lines show only with `-v`.
+python_logs:
+  python_log_level: INFO
 run_monitoring:
   enabled: true
   start_timeout_seconds: 180
@@ -81,7 +86,7 @@ def ensure_home(s: Settings) -> Path:
             pass
         finally:
             tmp.unlink()
-    os.environ["DAGSTER_HOME"] = str(home)
+    config.export(DAGSTER_HOME=str(home))
     return home
 
 
@@ -113,7 +118,9 @@ def check_instance(s: Settings, instance) -> None:
     """Refuse an instance without what fleet relies on, naming the missing ``dagster.yaml`` key: a limit for the
     scrapers pool equal to ``FLEET_MAX_PARALLEL``, the run queue's limit of one run per ``dagster/partition``
     (QueuedRunCoordinator), and run monitoring."""
-    home = Path(os.environ["DAGSTER_HOME"])
+    home = config.dagster_home()
+    if home is None:
+        raise FleetError("DAGSTER_HOME is not set: run fleet's commands, which set it to FLEET_HOME/dagster, or set it")
     data = read_config(home)
     where = home / "dagster.yaml"
     limit = records.pool_limit(instance, POOL)  # `dagster instance concurrency set`

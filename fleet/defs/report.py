@@ -12,7 +12,7 @@ EXIT_OK, EXIT_PARTIAL, EXIT_NOTHING = 0, 1, 2
 
 
 def open_store():
-    """The artifact store of this host's settings (FLEET_STORE, its cache)."""
+    """The artifact store of this host's settings (FLEET_ARTIFACTS, and this host's cache of it)."""
     from fleet.storage.open import open_store as opened
 
     s = settings()
@@ -32,6 +32,7 @@ def report(instance, store, week: str, names: list[str], publish_run, echo, sele
     source is ok and both commits landed, 1 when something is partial, 2 when nothing was committed."""
     from dagster import DagsterEventType
 
+    from fleet import records
     from fleet.policy.status import week_status
     from fleet.storage import store as keys
 
@@ -40,8 +41,8 @@ def report(instance, store, week: str, names: list[str], publish_run, echo, sele
     steps_ok = set()
     failures = {}
     if publish_run is not None:
-        for rec in instance.all_logs(publish_run.run_id, of_type={DagsterEventType.STEP_SUCCESS, DagsterEventType.STEP_FAILURE}):
-            ev = rec.dagster_event
+        for rec in records.events(instance, publish_run.run_id, (DagsterEventType.STEP_SUCCESS, DagsterEventType.STEP_FAILURE)):
+            ev = rec.event_log_entry.dagster_event
             if ev.event_type == DagsterEventType.STEP_SUCCESS:
                 steps_ok.add(ev.step_key)
             else:

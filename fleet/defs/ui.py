@@ -3,13 +3,13 @@ instance, store and broker checked first, and stopped with it however this proce
 from __future__ import annotations
 
 import contextlib
-import os
 import signal
 import subprocess
 import sys
 
 import click
 
+from fleet import config
 from fleet.config import PROJECT_ROOT, settings
 from fleet.defs.report import open_store
 from fleet.defs.week import say_sandbox
@@ -34,14 +34,14 @@ def serve(port: int, demo: bool | None, echo=click.echo) -> int:
         check_broker(s)
     say_sandbox(s.home)  # the runs it launches scrape on this host under the multiprocess executor
     # `dagster dev` runs in the checkout; its code server and runs must use this home, as this process does
-    os.environ["FLEET_HOME"] = str(s.home)
-    use_demo = demo if demo is not None else not os.environ.get("FLEET_SCRAPERS_DIR")
+    config.export(FLEET_HOME=str(s.home))
+    use_demo = demo if demo is not None else not config.scrapers_dir_set()
     with contextlib.ExitStack() as stack:
         if use_demo:
             from fleet.demo.sites import DemoSites
 
             sites = stack.enter_context(DemoSites())
-            os.environ["FLEET_DEMO_URL"] = sites.url
+            config.export(FLEET_DEMO_URL=sites.url)
             echo(f"fleet: demo sites at {sites.url}")
         cmd = [sys.executable, "-m", "dagster", "dev", "-w", str(PROJECT_ROOT / "workspace.yaml"), "-p", str(port)]
         dev = subprocess.Popen(cmd, cwd=PROJECT_ROOT)

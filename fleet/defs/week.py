@@ -11,6 +11,7 @@ import sys
 
 import click
 
+from fleet import config, records
 from fleet.config import chromium_path, scraper_dirs, settings
 from fleet.defs.report import EXIT_NOTHING, EXIT_OK, open_store, report, source_names
 from fleet.errors import FleetError, without_credentials
@@ -68,7 +69,7 @@ def run(week: str, sources: tuple[str, ...] = (), deep: tuple[str, ...] = (), re
     if not demo:
         return run_week(week, sources, deep, refresh, force, echo, verbose)
     with DemoSites() as sites:
-        os.environ["FLEET_DEMO_URL"] = sites.url  # the demo scrapers and every step of the run read it
+        config.export(FLEET_DEMO_URL=sites.url)  # the demo scrapers and every step of the run read it
         echo(f"fleet: demo sites at {sites.url}")
         return run_week(week, sources, deep, refresh, force, echo, verbose)
 
@@ -114,7 +115,7 @@ def run_week(week: str, sources: tuple[str, ...] = (), deep: tuple[str, ...] = (
     check_store(d.defs.resources["artifacts"].store())  # a bucket that does not exist, an endpoint that does not answer
     chromium_path()
     scraper_dirs()  # FLEET_SCRAPERS_DIR names folders that exist
-    if not os.environ.get("FLEET_SCRAPERS_DIR", "").strip() and not os.environ.get("FLEET_DEMO_URL", "").strip():
+    if not config.scrapers_dir_set() and not config.demo_url():
         raise FleetError("no FLEET_SCRAPERS_DIR is set, and the bundled demo scrapers need the demo sites: "
                          "use `fleet demo`, or point FLEET_SCRAPERS_DIR at your scrapers")
     if s.executor == "celery":
@@ -204,20 +205,19 @@ def reap_orphaned_runs(instance, week: str, echo) -> None:
     """Runs of this week left "in progress" by a `fleet run` that was killed: their run worker, recorded on the
     run (fleet/defs/runworker.py), was a process on this machine that is gone. Mark them failed with the reason,
     so they never hold the week (fleet/defs/claim.py). A run on another host is the run monitoring's to judge."""
-    from dagster import DagsterRunStatus, RunsFilter
+    from dagster import DagsterRunStatus
 
     from fleet.defs.runworker import worker_health
     from fleet.policy import taxonomy as tx
     from fleet.policy.followup import reap_dead_run
 
-    stuck = [run for run in instance.get_runs(RunsFilter(tags={tx.PARTITION_TAG: week, tx.TAG_DRIVER: "cli"},
-                                                         statuses=[DagsterRunStatus.STARTED, DagsterRunStatus.STARTING,
-                                                                   DagsterRunStatus.NOT_STARTED]))
+    stuck = [run for run in records.runs(instance, {tx.PARTITION_TAG: week, tx.TAG_DRIVER: "cli"},
+                                         [DagsterRunStatus.STARTED, DagsterRunStatus.STARTING, DagsterRunStatus.NOT_STARTED])
              if worker_health(run).status == "FAILED"]
     for run in stuck:
         echo(f"fleet: run {run.run_id} for week {week} was left in progress by a process that is gone; marking it failed")
         reap_dead_run(instance, run, "the fleet run process died (kill -9 or reboot)")
-        instance.add_run_tags(run.run_id, {"fleet/abandoned": "the fleet run process died (kill -9 or reboot)"})
+        records.add_tags(instance, run.run_id, {"fleet/abandoned": "the fleet run process died (kill -9 or reboot)"})
 
 
 def _publish(week: str, tags: dict, echo, asset_selection=None):

@@ -2,10 +2,10 @@
 started once this host's settings, Chromium, store, broker and instance are known good."""
 from __future__ import annotations
 
-import os
 
 import click
 
+from fleet import config
 from fleet.config import chromium_path, scraper_dirs, settings
 from fleet.defs.report import open_store
 from fleet.defs.week import say_sandbox
@@ -32,7 +32,7 @@ def start_worker(concurrency: int | None, name: str | None, echo=click.echo) -> 
     get_instance(s, check=False)
     say_sandbox(s.home)  # this host's browsers: sandboxed, or the one line that says why not
     node = celery.worker_name(name)
-    os.environ["FLEET_WORKER_NAME"] = node  # each step's metadata names the host and worker that ran it
+    config.export(FLEET_WORKER_NAME=node)  # each step's metadata names the host and worker that ran it
     import fleet.defs.definitions  # noqa: F401  the pool's processes fork with the definitions in memory
 
     at_once = concurrency or s.worker_concurrency

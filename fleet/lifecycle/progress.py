@@ -7,6 +7,7 @@ import time
 
 import click
 
+from fleet import records
 from fleet.policy import taxonomy as tx
 from fleet.storage import store as keys
 
@@ -18,10 +19,8 @@ class Progress:
     started) and reports each raw step's end: one plain line per source, or a rich live view on a terminal."""
 
     def __init__(self, instance, store, week: str, total: int, echo, live: bool = False):
-        from dagster import DagsterInstance
-
         # a thread of its own reads through an instance of its own: the run's instance is busy in execute_job
-        self._instance = DagsterInstance.from_ref(instance.get_ref())
+        self._instance = records.reopen(instance)
         self._store, self._week, self.total, self._echo = store, week, total, echo
         self._since = time.time()
         self._started: dict[str, float] = {}
@@ -44,7 +43,7 @@ class Progress:
         if self._live is not None:
             self._live.update(self._view())
             self._live.stop()
-        self._instance.dispose()
+        records.close(self._instance)
 
     def _loop(self) -> None:
         while not self._stop.wait(POLL_S):
@@ -55,21 +54,16 @@ class Progress:
                 return
 
     def _runs(self) -> list:
-        from dagster import RunsFilter
-
-        records = self._instance.get_run_records(RunsFilter(tags={tx.PARTITION_TAG: self._week, tx.TAG_DRIVER: "cli"}))
-        return [r.dagster_run for r in records if r.create_timestamp.timestamp() >= self._since - 1]
+        found = records.run_records(self._instance, {tx.PARTITION_TAG: self._week, tx.TAG_DRIVER: "cli"})
+        return [r.dagster_run for r in found if r.create_timestamp.timestamp() >= self._since - 1]
 
     def _poll(self) -> None:
         from dagster import DagsterEventType
 
-        kinds = {DagsterEventType.STEP_START, DagsterEventType.STEP_SUCCESS, DagsterEventType.STEP_FAILURE}
+        kinds = (DagsterEventType.STEP_START, DagsterEventType.STEP_SUCCESS, DagsterEventType.STEP_FAILURE)
         for run in self._runs():
-            for rec in self._instance.get_records_for_run(run.run_id, of_type=kinds, limit=100_000).records:
+            for src, rec in tx.step_sources(self._instance, run.run_id, *kinds)[1]:
                 ev = rec.event_log_entry.dagster_event
-                src = tx.source_of(ev.step_key or "")
-                if src is None:
-                    continue
                 if rec.storage_id in self._seen:
                     continue
                 self._seen.add(rec.storage_id)

@@ -75,12 +75,6 @@ def source_of_asset(key: AssetKey | None) -> str | None:
     return key.path[-1] if key is not None and len(key.path) == 2 and key.path[0] == RAW_GROUP else None
 
 
-def source_of(step_key: str) -> str | None:
-    """The source of a raw step key. Only for readers that have no run's planned assets at hand
-    (:func:`step_sources` is the way)."""
-    return step_key[len(RAW_PREFIX):] if step_key.startswith(RAW_PREFIX) else None
-
-
 def _metadata_values(md) -> dict:
     out = {}
     for k, v in (md or {}).items():
