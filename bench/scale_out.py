@@ -124,7 +124,7 @@ def _stop(proc: subprocess.Popen, home: Path) -> None:
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
-    pool.stop(home / "workers")
+    pool.stop(home / "browser-hosts")
 
 
 def one(tmp: Path, env: dict, workers: int, week: str, sites) -> dict:

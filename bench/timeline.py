@@ -98,7 +98,7 @@ def week_timeline(instance, week: str, outcome, cap: int) -> dict:
     return {"week": week, "cap": cap, "t0_unix": t0, "runs": runs, "slots": slots, "unfinished": unfinished,
             "occupancy": used,
             "median_slot_seconds": round(statistics.median(per_source), 2) if per_source else None,
-            "workers": workers,
+            "hosts": workers,
             # with sources of about equal length, the week's scraping ends with the worker that started last
             "last_worker": None if last is None else {
                 "worker": last[0], **last[1], "seconds_per_source": round((last[1]["to"] - last[1]["from"]) / last[1]["sources"], 2)}}
@@ -140,7 +140,7 @@ def render(t: dict) -> str:
     w = t["last_worker"]
     lines.append(f"the last source done was worker {w['worker']}'s: it took its first source at {w['from']:.2f} and "
                  f"ran {w['sources']}, {w['seconds_per_source']:.2f} s each, slot changes included")
-    for pid, w in sorted(t["workers"].items(), key=lambda kv: kv[1]["from"]):
+    for pid, w in sorted(t["hosts"].items(), key=lambda kv: kv[1]["from"]):
         lines.append(f"  worker {pid}: {w['sources']} source(s), {w['from']:.2f} -> {w['to']:.2f}")
     return "\n".join(lines)
 

@@ -189,7 +189,7 @@ def ui(port, demo):
 @main.command()
 @click.option("--concurrency", default=None, type=click.IntRange(1, 256),
               help="Sources this worker scrapes at once (default: FLEET_WORKER_CONCURRENCY, 10).")
-@click.option("--name", default=None, help="The worker's Celery node name (default: fleet-<host>-<pid>).")
+@click.option("--name", default=None, help="The worker's Celery node name (default: fleet-<pid>@<host>).")
 def worker(concurrency, name):
     """A Celery worker that runs the scrape steps of FLEET_EXECUTOR=celery runs, with this host's settings."""
     from fleet.defs.worker import start_worker

@@ -251,9 +251,9 @@ class Settings:
     crash_reruns: int
     start_week: str
     git_token: str | None
-    workers: str = "warm"       # warm: workers keep Playwright and a browser between sources; fresh: one per attempt
+    browser_hosts: str = "warm"  # warm: browser hosts keep Playwright and Chromium between sources; fresh: one per attempt
     compute_logs: bool = False  # Dagster's per-step stdout/stderr capture (tail -F + 2 watcher interpreters per step)
-    run_monitor_s: int = 30     # how often the daemon checks that started runs' workers live (fleet/defs/runworker.py)
+    run_monitor_s: int = 30     # how often the daemon checks that started runs' run workers live (fleet/defs/runworker.py)
     executor: str = "multiprocess"  # multiprocess: steps on this machine; celery: on `fleet worker`s (fleet/defs/celery.py)
     celery_broker: str = ""     # FLEET_CELERY_BROKER, e.g. redis://host:6379/0
     celery_backend: str = ""    # FLEET_CELERY_BACKEND; default: the broker
@@ -330,7 +330,7 @@ def settings() -> Settings:
         crash_reruns=env_number("FLEET_CRASH_RERUNS", 2, int),
         start_week=_start_week(),
         git_token=os.environ.get("FLEET_GIT_TOKEN") or None,
-        workers=workers,
+        browser_hosts=workers,
         compute_logs=env_flag("FLEET_COMPUTE_LOGS"),
         run_monitor_s=env_number("FLEET_RUN_MONITOR_S", 30, int, minimum=1),
         **_distributed(),

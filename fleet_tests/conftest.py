@@ -54,7 +54,7 @@ def fleet_env(tmp_path):
     yield SimpleNamespace(env=env, home=home, remote=remote, tree_before=ls_tree(remote), tmp=tmp_path)
     # A test that ran sources outside `fleet run` (the UI, run_source) leaves warm workers idling.
     from fleet.engine import pool
-    pool.stop(home / "workers")
+    pool.stop(home / "browser-hosts")
 
 
 class Lines:
@@ -83,7 +83,7 @@ def scrape_home(tmp_path, monkeypatch):
             monkeypatch.delenv(name)
     monkeypatch.setenv("FLEET_HOME", str(home))
     yield home
-    pool.stop(home / "workers")
+    pool.stop(home / "browser-hosts")
 
 
 def pytest_addoption(parser):

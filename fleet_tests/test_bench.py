@@ -58,7 +58,7 @@ def test_the_timeline_reads_a_real_weeks_runs_and_slots(fleet_env):
         assert scrape["first_step_start"] <= slot["start"] < slot["end"] <= scrape["last_step_end"], slot
     assert t["occupancy"]["last_end"] == max(s["end"] for s in t["slots"])
     assert t["last_worker"]["to"] == t["occupancy"]["last_end"]
-    assert sum(w["sources"] for w in t["workers"].values()) == len(sources)
+    assert sum(w["sources"] for w in t["hosts"].values()) == len(sources)
     # the bench's summary of it, from the first run's creation or from a given moment (the command's spawn)
     from bench.timeline import summary
     s = summary(t)

@@ -233,7 +233,7 @@ def test_bad_settings_are_refused_naming_the_setting_before_anything_runs(fleet_
         assert res.returncode == 2, (name, res.stdout[-1000:], res.stderr[-2000:])
         assert name in res.stderr and says in res.stderr, (name, res.stderr[-2000:])
         assert "Traceback" not in res.stderr and "scraping week" not in res.stdout, (name, res.stderr[-2000:])
-    assert not (fleet_env.home / "workers").exists() and not (fleet_env.home / "dagster").exists()
+    assert not (fleet_env.home / "browser-hosts").exists() and not (fleet_env.home / "dagster").exists()
 
     demo = run_fleet({k: v for k, v in env.items() if k != "FLEET_SCRAPERS_DIR"}, "run", "--week", WEEK, "--force")
     assert demo.returncode == 2 and "the bundled demo scrapers need the demo sites" in demo.stderr, demo.stderr[-2000:]
@@ -244,7 +244,7 @@ def test_bad_settings_are_refused_naming_the_setting_before_anything_runs(fleet_
     # an unknown source is found once the definitions load, before any worker starts
     unknown = run_fleet(env, "run", "--week", WEEK, "--force", "--source", "nonexistent")
     assert unknown.returncode == 2 and "unknown source(s): nonexistent; known: steady, steady_two" in unknown.stderr
-    assert not list((fleet_env.home / "workers").rglob("*.pid"))
+    assert not list((fleet_env.home / "browser-hosts").rglob("*.pid"))
 
 
 def test_a_failed_steps_line_quotes_its_own_error_not_dagsters_wrapper():

@@ -117,7 +117,7 @@ def test_a_past_week_without_stored_rows_is_refused_inside_the_run(fleet_env):
     assert out["failure_tag"] == "refused"
     assert out["action"] == "none"      # no rerun (not a crash), and nothing to publish
     assert _scrapes(counters) == {}     # nothing was scraped ...
-    assert not list((fleet_env.home / "workers").glob("*.pid"))  # ... nor a worker or browser started
+    assert not list((fleet_env.home / "browser-hosts").glob("*.pid"))  # ... nor a worker or browser started
     assert log(fleet_env.remote) == commits
 
     status = run_fleet(env, "status", "--week", WEEK)

@@ -40,8 +40,8 @@ def test_demo_week_makes_two_lfs_commits_and_reruns_make_none(fleet_env):
     # their browsers' profiles, which Playwright only removes when a browser closes (procs.private_tmp)
     from fleet.engine.pool import tmp_root
     deadline = time.monotonic() + 60
-    while _live_pids(fleet_env.home / "workers") or tmp_root(fleet_env.home / "workers").exists():
-        assert time.monotonic() < deadline, (_live_pids(fleet_env.home / "workers"), "workers outlived their idle limit")
+    while _live_pids(fleet_env.home / "browser-hosts") or tmp_root(fleet_env.home / "browser-hosts").exists():
+        assert time.monotonic() < deadline, (_live_pids(fleet_env.home / "browser-hosts"), "workers outlived their idle limit")
         time.sleep(0.5)
 
     again = run_fleet(env, "demo", "--week", "2026-W47", "--force")
@@ -49,7 +49,7 @@ def test_demo_week_makes_two_lfs_commits_and_reruns_make_none(fleet_env):
     assert log(fleet_env.remote) == commits  # no new commit: "up to date"
     assert "up_to_date" in again.stdout
     # the rerun reused every source's stored artifact: it started no worker
-    assert _live_pids(fleet_env.home / "workers") == []
+    assert _live_pids(fleet_env.home / "browser-hosts") == []
 
     status = run_fleet(fleet_env.env, "status", "--week", WEEK)
     assert status.returncode == 0

@@ -47,7 +47,7 @@ def _wait_dead(pid, seconds=15):
 
 
 def _files(home):
-    return sorted(p.name for p in (home / "workers").iterdir() if not p.name.startswith("."))
+    return sorted(p.name for p in (home / "browser-hosts").iterdir() if not p.name.startswith("."))
 
 
 def _ppid(pid):
@@ -74,7 +74,7 @@ def test_a_warm_worker_runs_each_source_in_a_fresh_context_with_its_steps_world(
     assert _ppid(seen[0]["pid"]) == os.getpid()
     held = {os.readlink(f"/proc/{seen[0]['pid']}/fd/{fd}") for fd in os.listdir(f"/proc/{seen[0]['pid']}/fd")}
     assert not any("artifacts" in target for target in held), held
-    assert pool.stop(home / "workers") == 1
+    assert pool.stop(home / "browser-hosts") == 1
     _wait_dead(seen[0]["pid"])
     assert _files(home) == []
 
@@ -106,11 +106,11 @@ def test_a_worker_is_reused_only_after_a_clean_finish(home, tmp_path):
     assert sorted(f.split(".")[1] for f in files) == ["lock", "log", "pid", "sock"]
     # so are their temporary files: the idle worker's browser keeps its profile in the worker's own folder, and
     # the killed worker's (whose driver never removed it), the retired one's and the loner's are gone
-    tmp = pool.tmp_root(home / "workers")
+    tmp = pool.tmp_root(home / "browser-hosts")
     [own] = tmp.iterdir()
     assert own.name.startswith(f"{rows[0]['pid']}-"), own
     assert any(p.name.startswith("playwright_chromiumdev_profile-") for p in own.iterdir()), list(own.iterdir())
-    assert pool.stop(home / "workers") == 1
+    assert pool.stop(home / "browser-hosts") == 1
     assert not tmp.exists()  # emptied, then removed
 
 
@@ -155,8 +155,8 @@ def test_a_warm_worker_dies_with_its_step(home, tmp_path):
     for pid in tree:
         _wait_dead(pid, seconds=10)
     assert _files(home) == []
-    pool.stop(home / "workers")  # what the dead worker left in its temporary folder goes
-    assert not pool.tmp_root(home / "workers").exists()
+    pool.stop(home / "browser-hosts")  # what the dead worker left in its temporary folder goes
+    assert not pool.tmp_root(home / "browser-hosts").exists()
 
 
 def test_a_private_tmp_lives_as_long_as_its_process(tmp_path, monkeypatch, request):
@@ -204,7 +204,7 @@ def test_a_private_tmp_lives_as_long_as_its_process(tmp_path, monkeypatch, reque
     (short / "file").write_text("")
     assert private_tmp(short / "file") is None and os.environ["TMPDIR"] == str(mine)
     # the real bases are short, in the system's temporary folder, whatever FLEET_HOME is
-    deep = pool.tmp_root(tmp_path / ("y" * 200) / "workers")
+    deep = pool.tmp_root(tmp_path / ("y" * 200) / "browser-hosts")
     assert deep.parent == Path(procs._SYSTEM_TMP) and len(str(deep)) < 40
 
 
@@ -220,7 +220,7 @@ def test_a_worker_being_started_is_not_cleared_away_by_another_step(home):
     """A starting worker has only its temporary ``.ID.lock``, unlocked for an instant after it is created. Another
     step looking for an idle worker, and ``stop_idle``, must leave it alone (they used to take it for a dead
     worker and delete it, and the new worker's start failed as infra)."""
-    workers = home / "workers"
+    workers = home / "browser-hosts"
     workers.mkdir(parents=True)
     starting = workers / ".0123456789ab.lock"
     starting.touch()
@@ -240,9 +240,9 @@ def test_stop_idle_leaves_a_worker_in_use_alone(home, tmp_path):
     while not marker.exists():
         assert step.is_alive() and time.monotonic() < deadline, "lingers never started"
         time.sleep(0.1)
-    assert pool.stop_idle(home / "workers") == 0
+    assert pool.stop_idle(home / "browser-hosts") == 0
     assert alive(int(marker.read_text()))
-    pool.stop(home / "workers")  # in use or not
+    pool.stop(home / "browser-hosts")  # in use or not
     step.join(timeout=30)
     assert not step.is_alive()
 
@@ -284,7 +284,7 @@ def test_a_fleet_home_deeper_than_a_unix_socket_path_still_gets_warm_workers(hom
     deep = tmp_path / ("d" * 60) / ("e" * 60) / "home"
     deep.mkdir(parents=True)
     monkeypatch.setenv("FLEET_HOME", str(deep))
-    root = deep / "workers"
+    root = deep / "browser-hosts"
     assert len(os.fsencode(root / "0123456789ab.sock")) > SOCKET_PATH_MAX
     try:
         out, rows = _run(deep, "probe")

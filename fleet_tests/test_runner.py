@@ -290,7 +290,7 @@ def test_a_bad_run_config_fails_its_source_before_a_worker_is_taken(home, tmp_pa
     assert (out.status, out.category) == ("failed", "source"), out
     assert says in out.error and "configured" in out.error
     assert keys.read_outcome(store, WEEK, "configured")["status"] == "failed"
-    assert not (home / "workers").exists() or not list((home / "workers").rglob("*.pid"))
+    assert not (home / "browser-hosts").exists() or not list((home / "browser-hosts").rglob("*.pid"))
 
 
 @pytest.mark.parametrize("workers", ["warm", "fresh"])

@@ -122,7 +122,7 @@ class Host:
                 self.worker.wait(60)
             except subprocess.TimeoutExpired:
                 self.kill()
-        pool.stop(self.home / "workers")
+        pool.stop(self.home / "browser-hosts")
 
 
 class Background:
@@ -351,7 +351,7 @@ def test_bad_configuration_is_refused_before_anything_runs_in_one_line(stack, ho
         assert p.returncode == 2, (name, out, err)
         lines = [ln for ln in err.splitlines() if ln.strip()]
         assert len(lines) == 1 and lines[0].startswith("fleet: error:") and name in lines[0], (name, err)
-        assert not (h.home / "workers").exists() or not any((h.home / "workers").iterdir()), name
+        assert not (h.home / "browser-hosts").exists() or not any((h.home / "browser-hosts").iterdir()), name
         if w is not None:
             wout, werr = w.communicate(timeout=180)
             assert w.returncode == 2 and name in werr, (name, wout, werr)

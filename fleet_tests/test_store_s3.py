@@ -309,4 +309,4 @@ def test_fleet_run_refuses_a_bucket_that_does_not_exist_before_anything_runs(fle
     assert res.returncode == 2, res.stdout + res.stderr
     assert res.stderr.strip() == (f"fleet: error: FLEET_ARTIFACTS=s3://no-such-bucket-here/fleet: bucket "
                                   f"'no-such-bucket-here' does not exist at {s3_endpoint} (AWS_ENDPOINT_URL)")
-    assert not list((fleet_env.home / "workers").glob("*")) if (fleet_env.home / "workers").exists() else True
+    assert not list((fleet_env.home / "browser-hosts").glob("*")) if (fleet_env.home / "browser-hosts").exists() else True

@@ -98,7 +98,7 @@ try:
     out, _ = run(home, scraper(home, sys.argv[2], GOTOS, module=IMPORT))
     print(out.status, out.rows, out.error)
 finally:
-    pool.stop(home / "workers")
+    pool.stop(home / "browser-hosts")
 """
 
 

@@ -69,7 +69,7 @@ def open_home(monkeypatch):
     monkeypatch.setenv("FLEET_GIT_TOKEN", "s3cr3t-token")
     (top / "home").mkdir()
     yield top
-    pool.stop(top / "home" / "workers")
+    pool.stop(top / "home" / "browser-hosts")
     shutil.rmtree(top, ignore_errors=True)
 
 
@@ -134,6 +134,6 @@ def test_a_sandboxed_week_runs_end_to_end(open_home, tmp_path):
     res = run_fleet(env, "demo", "--week", WEEK, "--force", "--source", "books", "--source", "jobs")
     assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-3000:]
     assert "browser sandbox is off" not in res.stderr, res.stderr[-2000:]
-    workers = open_home / "home" / "workers"
+    workers = open_home / "home" / "browser-hosts"
     assert {p.stat().st_uid for p in workers.glob("*.pid")} == {65534}
     assert sorted(set(committed_frame(remote, f"data/{WEEK}/raw.parquet")["source"])) == ["books", "jobs"]

@@ -95,7 +95,7 @@ def site(tmp_path_factory, request):
         browser.close()
         pw.stop()
         stop_ui(proc)
-        pool.stop(home / "workers")
+        pool.stop(home / "browser-hosts")
         print(f"\nUI screenshots: {shots}")
 
 

@@ -114,7 +114,7 @@ def crash_retry_policy(crash_reruns: int) -> RetryPolicy:
 
 def check_crash_budget(context, source: str, crash_reruns: int) -> None:
     """Refuse a re-execution of ``source`` beyond the week's crash budget (taxonomy.budget_exhausted), before it
-    takes a worker: ``Failure(allow_retries=False)``, category infra, tagged ``fleet/budget``."""
+    takes a browser host: ``Failure(allow_retries=False)``, category infra, tagged ``fleet/budget``."""
     refused = tx.budget_exhausted(context.instance, context.run, source, context.retry_number, crash_reruns)
     if refused:
         context.log.warning(f"[run {context.run_id}] [{source}] {refused}")
@@ -161,7 +161,7 @@ def refuse_past_week(context, source: str, week: str, store, config: RawConfig) 
 
 
 def skip_quarantined(context, source: Source, week: str, store, config: RawConfig) -> None:
-    """Skip a quarantined source (fleet/lifecycle/quarantine.py) before it takes a worker or a browser: its outcome
+    """Skip a quarantined source (fleet/lifecycle/quarantine.py) before it takes a browser host: its outcome
     is stored as ``quarantined`` and the step fails with ``Failure(allow_retries=False)`` of that category. A week
     whose complete rows are stored is reused as ever."""
     if not config.refresh and keys.stored_complete(store, week, source.name, deep=config.deep) is not None:
@@ -196,7 +196,7 @@ def _raw_compute(source: Source, crash_reruns: int):
         out = run_source(source, week, store=store, run_id=context.run_id, deep=config.deep,
                          timeout_s=config.timeout_s, refresh=config.refresh, reexecution=reexecution,
                          retry={"attempts": config.retry_attempts}, forced=forced, log=context.log,
-                         settings=browser.worker_settings())
+                         settings=browser.engine_settings())
         common = {
             "fleet/status": out.status, "seconds": float(out.seconds), "pages": out.pages,
             "url": MetadataValue.text(out.url or "-"), "fleet/host": MetadataValue.text(host_label()),
@@ -211,7 +211,7 @@ def _raw_compute(source: Source, crash_reruns: int):
                 description=f"[{out.category}] {out.error}",
                 metadata={**common, "fleet/category": out.category or "source", "error": MetadataValue.text(out.error or ""),
                           **evidence},
-                # infra (the browser or the worker died) may recover on a re-execution; a source failure will not
+                # infra (the browser or the attempt process died) may recover on a re-execution; a source failure will not
                 allow_retries=out.category == "infra",
             )
         if out.status == "partial":

@@ -51,28 +51,28 @@ class ArtifactStore(ConfigurableResource):
 
 
 class Browser(ConfigurableResource):
-    """How sources are scraped: the Chromium binary and the scrape workers that drive it."""
+    """How sources are scraped: the Chromium binary and the browser hosts that drive it (fleet/engine)."""
 
     chromium: str = ""
     """The Chromium binary (FLEET_CHROMIUM); empty: the first found, the headless shell first."""
-    workers: str = "warm"
-    """warm: workers keep their browser between sources; fresh: a new worker per attempt (FLEET_WORKERS)."""
-    worker_idle_s: float = 30.0
-    """A warm worker with nothing to do leaves after this long (FLEET_WORKER_IDLE_S)."""
-    worker_max_sources: int = 50
-    """A warm worker leaves after this many sources (FLEET_WORKER_MAX_SOURCES)."""
+    browser_hosts: str = "warm"
+    """warm: browser hosts keep Playwright and Chromium between sources; fresh: a new attempt process per attempt
+    (FLEET_BROWSER_HOSTS)."""
+    host_idle_s: float = 30.0
+    """A browser host with nothing to do leaves after this long (FLEET_BROWSER_HOST_IDLE_S)."""
+    host_max_sources: int = 50
+    """A browser host leaves after this many sources (FLEET_BROWSER_HOST_MAX_SOURCES)."""
     startup_s: float = 90.0
-    """The limit on a new worker getting its browser up (FLEET_BROWSER_STARTUP_S)."""
+    """The limit on a new browser host getting its browser up (FLEET_BROWSER_STARTUP_S)."""
     home: str
-    """FLEET_HOME: the scrape workers' folder and caches are under it."""
+    """FLEET_HOME: the browser hosts' folder and caches are under it."""
 
-    def worker_settings(self) -> EngineSettings:
+    def engine_settings(self) -> EngineSettings:
         from fleet.config import chromium_path
 
-        home = Path(self.home)
-        return EngineSettings(chromium=self.chromium or chromium_path(), hosts_dir=home / "workers",
-                              browser_hosts=self.workers, idle_s=self.worker_idle_s, max_sources=self.worker_max_sources,
-                              startup_s=self.startup_s, node_cache=home / "cache" / "node")
+        return EngineSettings.under(Path(self.home), chromium=self.chromium or chromium_path(),
+                                    browser_hosts=self.browser_hosts, idle_s=self.host_idle_s,
+                                    max_sources=self.host_max_sources, startup_s=self.startup_s)
 
 
 class Alerts(ConfigurableResource):
@@ -91,8 +91,8 @@ def from_settings(s: Settings) -> dict:
                                     token=EnvVar(TOKEN_VAR) if s.git_token else None,
                                     clone_dir=str(s.clone_dir)),
         "artifacts": ArtifactStore(root=s.store_url, cache_dir=str(s.artifact_cache)),
-        "browser": Browser(chromium=config.chromium_setting(), workers=s.workers,
-                           worker_idle_s=config.browser_host_idle_s(), worker_max_sources=config.browser_host_max_sources(),
+        "browser": Browser(chromium=config.chromium_setting(), browser_hosts=s.browser_hosts,
+                           host_idle_s=config.browser_host_idle_s(), host_max_sources=config.browser_host_max_sources(),
                            startup_s=config.browser_startup_s(), home=str(s.home)),
         "alerts": Alerts(home=str(s.home), webhook=config.alert_webhook()),
     }

@@ -13,7 +13,7 @@ from fleet.errors import FleetError, without_credentials
 
 
 def start_worker(concurrency: int | None, name: str | None, echo=click.echo) -> int:
-    """Run a Celery worker named ``name`` (default: fleet-<host>-<pid>) scraping ``concurrency`` sources at once
+    """Run a Celery worker named ``name`` (default: fleet-<pid>@<host>) scraping ``concurrency`` sources at once
     (default: FLEET_WORKER_CONCURRENCY) until it stops; its exit code."""
     from fleet.defs import celery
     from fleet.defs.instance import get_instance

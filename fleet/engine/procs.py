@@ -148,7 +148,7 @@ MAX_TMPDIR_LEN = 60
 
 
 def tmp_base(owner: Path, uid: int | None = None) -> Path:
-    """Where the processes of ``owner`` (a ``FLEET_HOME/workers`` folder) running as ``uid`` (default: this
+    """Where the processes of ``owner`` (a ``FLEET_HOME/browser-hosts`` folder) running as ``uid`` (default: this
     process's) keep their :func:`private_tmp` folders: a short path in the system's temporary folder, named after
     ``owner``. Not under ``FLEET_HOME``: a deep ``FLEET_HOME`` would make Chromium's singleton socket path too long."""
     digest = hashlib.sha256(str(owner.resolve()).encode()).hexdigest()[:12]

@@ -10,13 +10,16 @@ from fleet.errors import FleetError
 HOST_MODES = ("warm", "fresh")
 
 
+HOSTS_DIR = "browser-hosts"  # under FLEET_HOME: the browser hosts' pid files, sockets and lock
+
+
 @dataclasses.dataclass(frozen=True)
 class EngineSettings:
     """What :func:`fleet.engine.runner.run_source` needs of its host, passed in rather than read from the
     environment, so the Dagster layer can build it from a resource and a test from its own values.
 
     chromium     the Chromium executable every attempt process launches (Debian's headless shell by default)
-    hosts_dir    the browser hosts' folder (``FLEET_HOME/workers``): their lock, pid, socket and log files
+    hosts_dir    the browser hosts' folder (``FLEET_HOME/browser-hosts``): their lock, pid, socket and log files
     browser_hosts ``warm``: browser hosts keep Playwright and their browser between sources; ``fresh``: an
                  attempt process of its own per attempt
     idle_s       a browser host with nothing to do leaves after this many seconds
@@ -49,7 +52,11 @@ class EngineSettings:
 
         if home is None:
             home = config.settings().home
-        return cls(chromium=config.chromium_path(), hosts_dir=home / "workers",
-                   browser_hosts=config.browser_hosts(),
-                   idle_s=config.browser_host_idle_s(), max_sources=config.browser_host_max_sources(),
-                   startup_s=config.browser_startup_s(), node_cache=home / "cache" / "node")
+        return cls.under(home, chromium=config.chromium_path(), browser_hosts=config.browser_hosts(),
+                         idle_s=config.browser_host_idle_s(), max_sources=config.browser_host_max_sources(),
+                         startup_s=config.browser_startup_s())
+
+    @classmethod
+    def under(cls, home: Path, **values) -> "EngineSettings":
+        """These settings with the engine's folders under FLEET_HOME ``home``: its browser hosts' and its cache."""
+        return cls(hosts_dir=home / HOSTS_DIR, node_cache=home / "cache" / "node", **values)

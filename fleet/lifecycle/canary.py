@@ -1,5 +1,5 @@
 """`fleet canary`: one live page per source, through the scraper's own first navigation and first rows, nothing
-committed. Meant to run daily (cron, or the daemon's ``fleet_canary`` schedule, off by default): a source whose
+committed. Meant to run daily (cron, or the daemon's ``fleet_canary_daily`` schedule, off by default): a source whose
 canary starts failing raises one alert with its evidence that day; a pass lifts a quarantine."""
 from __future__ import annotations
 

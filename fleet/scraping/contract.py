@@ -45,9 +45,9 @@ class Scraper:
       schema     column name -> polars dtype
       key        natural key columns; rows are unique by it
       timeout_s  hard limit for one run of this source, in seconds
-      own_browser  run each attempt in a Chromium no other source used before (a new worker, as own_process)
-                   instead of a fresh context in a warm worker's browser
-      own_process  run each attempt in a new worker process instead of a warm one that other sources used
+      own_browser  run each attempt in a Chromium no other source used before (a new browser host, as own_process)
+                   instead of a fresh context in a browser host's browser
+      own_process  run each attempt in a new attempt process instead of a browser host that other sources used
                    before (see fleet/engine/pool.py): for a scraper that changes process-wide state
       abstract   True: a base class, not a source (read from the class's own body only)
       quarantine_after  weeks in a row failed as ``source`` after which the weekly run skips it (fleet/lifecycle/quarantine.py)
@@ -185,8 +185,8 @@ class ScrapeContext:
         self.run_id = run_id
         self.deep = deep
         self.deadline = deadline  # time.monotonic() value, or None
-        # The Dagster step process this attempt runs for (not this process's parent: workers are reused).
-        # fleet's crash tests kill it to stand for a worker crash; scrapers have no other use for it.
+        # The Dagster step process this attempt runs for (not this process's parent: browser hosts are reused).
+        # fleet's crash tests kill it to stand for a crash of the step's process; scrapers have no other use for it.
         self.step_pid = step_pid
         self.retry_policy = retry or RetryPolicy()
         self.block_markers = tuple(block_markers)

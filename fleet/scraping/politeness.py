@@ -4,9 +4,9 @@ flight at once and at least T seconds between their starts.
 Where the bounds are kept:
 
 - on one machine (the default), in lock files under ``FLEET_HOME/politeness`` (``flock``: a lock dies with its
-  process, so a killed worker never holds a slot);
+  process, so a killed attempt process never holds a slot);
 - once fleet scales out (``FLEET_EXECUTOR=celery``), in the broker's Redis, so they hold across hosts: a slot is
-  a member of a sorted set scored by its lease's end, renewed while its request runs, so a killed worker's slot
+  a member of a sorted set scored by its lease's end, renewed while its request runs, so a killed attempt process's slot
   is free within ``LEASE_S``; the spacing is the time of the last start. Both are judged by Redis's own clock
   (``TIME`` in a script), never by the hosts'. When that Redis cannot be reached (a restart), a request is
   bounded on its own host meanwhile, and says so once, rather than failing the source.
