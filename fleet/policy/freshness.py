@@ -2,44 +2,16 @@
 instance) by its deadline? Meant to run outside fleet's daemon (cron elsewhere, CI on the data repository)."""
 from __future__ import annotations
 
-import dataclasses
 import datetime as dt
 import re
 from pathlib import Path
 
 from fleet.errors import FleetError
 
-# GitPython and the data repository are imported where they are used: ``config.settings()`` checks the deadline
-# setting through this module before anything runs, and must not import git for it.
+# GitPython and the data repository are imported where they are used. The deadline and its parser live with the
+# clock (fleet/weeks.py), where config.py checks the setting before anything runs.
+from fleet.weeks import Deadline, parse_deadline  # noqa: F401  (its callers find them here too)
 
-DAYS = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
-SETTING = "FLEET_FRESHNESS_DEADLINE"
-DEFAULT = "mon 12:00"
-_RE = re.compile(r"^\s*([a-z]{3})[a-z]*\s+(\d{1,2}):(\d{2})\s*$", re.I)
-
-
-@dataclasses.dataclass(frozen=True)
-class Deadline:
-    """A weekday and UTC time in the week after the week whose raw commit is due (``mon 12:00``: the Monday
-    after the week that ended on Sunday)."""
-
-    day: int
-    hour: int
-    minute: int
-
-    def of(self, week: dt.date) -> dt.datetime:
-        day = week + dt.timedelta(days=7 + self.day)
-        return dt.datetime(day.year, day.month, day.day, self.hour, self.minute, tzinfo=dt.timezone.utc)
-
-
-def parse_deadline(raw: str | None, setting: str = SETTING) -> Deadline:
-    text = (raw or "").strip() or DEFAULT
-    m = _RE.match(text)
-    day = DAYS.index(m.group(1).lower()) if m and m.group(1).lower() in DAYS else None
-    if m is None or day is None or int(m.group(2)) > 23 or int(m.group(3)) > 59:
-        raise FleetError(f"{setting} must be a weekday and a UTC time in the week after the week, such as "
-                         f"'mon 12:00', got {raw!r}")
-    return Deadline(day, int(m.group(2)), int(m.group(3)))
 
 
 def due_week(now: dt.datetime, deadline: Deadline) -> dt.date:
