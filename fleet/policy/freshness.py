@@ -13,7 +13,6 @@ from fleet.errors import FleetError
 from fleet.weeks import Deadline, parse_deadline  # noqa: F401  (its callers find them here too)
 
 
-
 def due_week(now: dt.datetime, deadline: Deadline) -> dt.date:
     """The newest week whose deadline has passed at ``now``."""
     week = now.date() - dt.timedelta(days=now.weekday() + 7)
