@@ -11,7 +11,7 @@ import sys
 
 import click
 
-from fleet import config, records
+from fleet import config
 from fleet.config import chromium_path, scraper_dirs, settings
 from fleet.defs.report import EXIT_NOTHING, EXIT_OK, open_store, report, source_names
 from fleet.errors import FleetError, without_credentials
@@ -207,6 +207,7 @@ def reap_orphaned_runs(instance, week: str, echo) -> None:
     so they never hold the week (fleet/defs/claim.py). A run on another host is the run monitoring's to judge."""
     from dagster import DagsterRunStatus
 
+    from fleet import records
     from fleet.defs.runworker import worker_health
     from fleet.policy import taxonomy as tx
     from fleet.policy.followup import reap_dead_run
