@@ -148,11 +148,12 @@ def run_week(week: str, sources: tuple[str, ...] = (), deep: tuple[str, ...] = (
     where = f"on the workers of {without_credentials(s.celery_broker)}" if s.executor == "celery" else "on this machine"
     echo(f"fleet: scraping week {week} ({len(sources or names)} sources, at most {s.max_parallel} at once, {where})")
     with Progress(instance, store, week, len(sources or names), echo,
-                  live=echo is click.echo and sys.stdout.isatty() and not verbose):
+                  live=echo is click.echo and sys.stdout.isatty() and not verbose) as progress:
         result = execute_job(reconstructable(d.scrape_week_job), instance, run_config={"ops": ops, **_logging(verbose)},
                              tags={**base_tags, tx.TAG_KIND: "scrape"}, asset_selection=selection)
         run = instance.get_run_by_id(result.run_id)
         superseded(run)
+        progress.catch_up()  # every source's line before the stage's end is said
         follow_ups = drive(instance, run, s.crash_reruns, store, launch, echo)
     publish_run = next((r for r in follow_ups if r.tags.get(tx.TAG_KIND) == "publish"), None)
     return report(instance, store, week, names, publish_run, echo, selected=list(sources or names),

@@ -27,6 +27,7 @@ class Progress:
         self._seen: set[int] = set()          # events already taken in (by event storage id)
         self.finished: dict[str, dict] = {}   # source -> its last reported result
         self._stop = threading.Event()
+        self._lock = threading.Lock()         # the thread's polls and catch_up's, one at a time
         self._thread = threading.Thread(target=self._loop, name="fleet-progress", daemon=True)
         self._live = self._make_live() if live else None
 
@@ -36,10 +37,16 @@ class Progress:
         self._thread.start()
         return self
 
+    def catch_up(self) -> None:
+        """Report what finished since the last poll, now: before the driver's next line, so that every source's
+        line comes before what follows the stage."""
+        with self._lock:
+            self._poll()
+
     def __exit__(self, *exc):
         self._stop.set()
         self._thread.join(timeout=10)
-        self._poll()  # what finished between the last poll and the end
+        self.catch_up()  # what finished between the last poll and the end
         if self._live is not None:
             self._live.update(self._view())
             self._live.stop()
@@ -48,7 +55,7 @@ class Progress:
     def _loop(self) -> None:
         while not self._stop.wait(POLL_S):
             try:
-                self._poll()
+                self.catch_up()
             except Exception as exc:  # progress is a courtesy: a failed read must never stop the run
                 click.echo(f"fleet: progress unavailable ({type(exc).__name__}: {exc})", err=True)
                 return
