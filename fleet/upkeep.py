@@ -18,10 +18,9 @@ def mb(n: int) -> str:
 def gc(keep_weeks: int, dry_run: bool, echo=click.echo) -> int:
     """Remove (or with ``dry_run`` list) what fleet/policy/retention.py plans to free beyond ``keep_weeks``."""
     from fleet.policy import retention
-    from fleet.storage.open import open_store
+    from fleet.storage.open import host_store
 
-    s = settings()
-    store = open_store(s.store_url, s.artifact_cache)
+    store = host_store()
     removals = retention.plan(store, keep_weeks, last_complete_week())
     verb = "would remove" if dry_run else "removed"
     for r in removals:

@@ -6,17 +6,10 @@ from __future__ import annotations
 import click
 
 from fleet.config import scraper_dirs, settings
+from fleet.storage.open import host_store
 from fleet.upkeep import mb
 
 EXIT_OK, EXIT_PARTIAL, EXIT_NOTHING = 0, 1, 2
-
-
-def open_store():
-    """The artifact store of this host's settings (FLEET_ARTIFACTS, and this host's cache of it)."""
-    from fleet.storage.open import open_store as opened
-
-    s = settings()
-    return opened(s.store_url, s.artifact_cache)
 
 
 def source_names() -> list[str]:
@@ -113,7 +106,7 @@ def status(week: str, echo=click.echo) -> int:
     from fleet.storage import store as keys
 
     names = source_names()
-    store = open_store()
+    store = host_store()
     echo(f"week {week}")
     instance = get_instance(settings())
     print_status(week_status(instance, store, week, names), echo)
@@ -148,7 +141,7 @@ def history(source: str, echo=click.echo) -> int:
     """`fleet history`: ``source`` over the stored weeks; 2 when no week has it."""
     from fleet.storage import store as keys
 
-    store = open_store()
+    store = host_store()
     echo(f"{'week':<11} {'status':<8} {'category':<8} {'rows':>6} {'seconds':>8}  detail")
     found = False
     for w in store.weeks():

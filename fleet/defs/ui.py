@@ -11,7 +11,7 @@ import click
 
 from fleet import config
 from fleet.config import PROJECT_ROOT, settings
-from fleet.defs.report import open_store
+from fleet.storage.open import host_store
 from fleet.defs.week import say_sandbox
 
 
@@ -27,7 +27,7 @@ def serve(port: int, demo: bool | None, echo=click.echo) -> int:
     ensure_home(s)
     with DagsterInstance.get() as instance:  # what the webserver and daemon will load: refused now, not later
         check_instance(s, instance)
-    check_store(open_store())
+    check_store(host_store())
     if s.executor == "celery":  # the runs it launches queue their steps there; workers may start later
         from fleet.defs.celery import check_broker
 

@@ -13,8 +13,9 @@ import click
 
 from fleet import config
 from fleet.config import chromium_path, scraper_dirs, settings
-from fleet.defs.report import EXIT_NOTHING, EXIT_OK, open_store, report, source_names
+from fleet.defs.report import EXIT_NOTHING, EXIT_OK, report, source_names
 from fleet.errors import FleetError, without_credentials
+from fleet.storage.open import host_store
 from fleet.weeks import parse_week, utc_now
 
 
@@ -53,7 +54,7 @@ def past_week_refusal(week: str, sources: tuple[str, ...] = (), deep: tuple[str,
     if not pastweek.is_past(week, now):
         return None
     names = list(sources) or sorted(src.name for src in discover(scraper_dirs()))
-    return pastweek.refusal(week, names, store=open_store(), as_of=now, deep=deep, refresh=refresh,
+    return pastweek.refusal(week, names, store=host_store(), as_of=now, deep=deep, refresh=refresh,
                             how_to_force="Use --force to scrape anyway")
 
 
@@ -135,7 +136,7 @@ def run_week(week: str, sources: tuple[str, ...] = (), deep: tuple[str, ...] = (
            if n in deep or refresh}
     base_tags = {**cli_run_tags(week), **({FORCE_TAG: "true"} if force else {})}
     selection = [AssetKey(["raw", n]) for n in sources] if sources else None
-    store = open_store()
+    store = host_store()
 
     def launch(request, action):
         job = d.scrape_week_job if action.kind == "rerun" else d.publish_week_job
@@ -245,11 +246,11 @@ def reprocess_week(week: str, echo=click.echo) -> int:
     from fleet.policy import taxonomy as tx
     from fleet.storage import store as keys
 
-    if not open_store().exists(week, keys.CONSOLIDATED_KEY):
+    if not host_store().exists(week, keys.CONSOLIDATED_KEY):
         raise FleetError(f"week {week} has no stored raw rows to reprocess; run it first")
     result = _publish(week, {tx.TAG_KIND: "reprocess"}, echo,
                       asset_selection=[AssetKey("post_processed"), AssetKey("processed_commit")])
-    rec = open_store().read_json(week, keys.commit_key("processed"))
+    rec = host_store().read_json(week, keys.commit_key("processed"))
     if result.success and rec:
         echo(f"commit processed {rec['status']:<10} {rec['sha']}")
         return EXIT_OK
@@ -264,11 +265,11 @@ def release_week(week: str, sources: tuple[str, ...], note: str, echo=click.echo
     from fleet.quality import gate
     from fleet.storage import store as keys
 
-    gate.check_held(open_store(), week, list(sources))  # one line naming a source that is not held, before any run
+    gate.check_held(host_store(), week, list(sources))  # one line naming a source that is not held, before any run
     result = _publish(week, {tx.TAG_KIND: "release", gate.RELEASE_TAG: ",".join(sources),
                              gate.RELEASE_NOTE_TAG: note}, echo)
     for stage in ("raw", "processed"):
-        rec = open_store().read_json(week, keys.commit_key(stage)) or {}
+        rec = host_store().read_json(week, keys.commit_key(stage)) or {}
         echo(f"commit {stage:<9} {rec.get('status', '-'):<10} {rec.get('sha')}")
     if not result.success:
         echo("fleet: the release run failed; see the log above", err=True)
@@ -281,7 +282,7 @@ def commit_week(week: str, stage: str | None, echo=click.echo) -> int:
     from fleet.defs import definitions as d
     from fleet.publish.week import STAGE_FILES, commit_stage
 
-    store = open_store()
+    store = host_store()
     stages = [stage] if stage else [st for st, (key, _) in STAGE_FILES.items() if store.exists(week, key)]
     if not stages:
         raise FleetError(f"week {week} has no stored artifacts to commit")

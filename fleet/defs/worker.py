@@ -7,7 +7,7 @@ import click
 
 from fleet import config
 from fleet.config import chromium_path, scraper_dirs, settings
-from fleet.defs.report import open_store
+from fleet.storage.open import host_store
 from fleet.defs.week import say_sandbox
 from fleet.errors import FleetError, without_credentials
 
@@ -25,7 +25,7 @@ def start_worker(concurrency: int | None, name: str | None, echo=click.echo) -> 
                          "FLEET_CELERY_BROKER on this host and on the one that runs the weeks")
     chromium_path()
     scraper_dirs()
-    check_store(open_store())  # the steps' rows, checkpoints and evidence go there
+    check_store(host_store())  # the steps' rows, checkpoints and evidence go there
     celery.check_broker(s)
     # the instance the steps report to: refused now if Postgres cannot be reached. Its run settings (the pool
     # limit, the run queue) are the business of the host that runs the weeks, not of a worker

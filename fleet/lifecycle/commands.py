@@ -5,15 +5,9 @@ from __future__ import annotations
 import click
 
 from fleet.config import chromium_path, scraper_dirs, settings
+from fleet.storage.open import host_store
 
 EXIT_OK, EXIT_PARTIAL = 0, 1
-
-
-def _store():
-    from fleet.storage.open import open_store
-
-    s = settings()
-    return open_store(s.store_url, s.artifact_cache)
 
 
 def _table(rows, echo) -> int:
@@ -67,7 +61,7 @@ def smoke(ref: str, echo=click.echo) -> int:
     chromium_path()
     dirs = scraper_dirs()
     with demo_sites_if_bundled():
-        rows = smoking.smoke(discover(dirs), ref, dirs[0], _store(), echo)
+        rows = smoking.smoke(discover(dirs), ref, dirs[0], host_store(), echo)
     return EXIT_OK if rows is None else _table(rows, echo)
 
 
@@ -78,7 +72,7 @@ def canary(names: tuple[str, ...], echo=click.echo) -> int:
     chromium_path()
     sources, _ = select(scraper_dirs(), names)
     with demo_sites_if_bundled():
-        rows = check(sources, _store(), settings().home)  # the webhook: FLEET_ALERT_WEBHOOK, as for every alert
+        rows = check(sources, host_store(), settings().home)  # the webhook: FLEET_ALERT_WEBHOOK, as for every alert
     return _table(rows, echo)
 
 
@@ -87,7 +81,7 @@ def unquarantine(name: str, echo=click.echo) -> int:
     from fleet.lifecycle.replay import select
 
     (source,), _ = select(scraper_dirs(), (name,))
-    store = _store()
+    store = host_store()
     q = quarantine.state(store, name, source.quarantine_after)
     if q is None:
         echo(f"fleet: source {name} is not quarantined")

@@ -24,6 +24,14 @@ def open_store(url: str | Path, cache_dir: str | Path | None = None) -> Artifact
     return S3ArtifactStore(text, Path(cache_dir))
 
 
+def host_store() -> ArtifactStore:
+    """The artifact store of this host's settings: FLEET_ARTIFACTS, read through this host's cache of it."""
+    from fleet.config import settings
+
+    s = settings()
+    return open_store(s.store_url, s.artifact_cache)
+
+
 def check_store(store: ArtifactStore) -> None:
     """Refuse, before anything runs, a store that cannot be used: one line naming FLEET_ARTIFACTS (a bucket that
     does not exist, an endpoint that does not answer, no right to write)."""
