@@ -37,11 +37,17 @@ class Progress:
         self._thread.start()
         return self
 
-    def catch_up(self) -> None:
+    def catch_up(self) -> bool:
         """Report what finished since the last poll, now: before the driver's next line, so that every source's
-        line comes before what follows the stage."""
+        line comes before what follows the stage. Progress is a courtesy: a failed read (the instance's database
+        restarting) is said in one line and never stops the run. False when it failed."""
         with self._lock:
-            self._poll()
+            try:
+                self._poll()
+                return True
+            except Exception as exc:
+                click.echo(f"fleet: progress unavailable ({type(exc).__name__}: {exc})", err=True)
+                return False
 
     def __exit__(self, *exc):
         self._stop.set()
@@ -54,10 +60,7 @@ class Progress:
 
     def _loop(self) -> None:
         while not self._stop.wait(POLL_S):
-            try:
-                self.catch_up()
-            except Exception as exc:  # progress is a courtesy: a failed read must never stop the run
-                click.echo(f"fleet: progress unavailable ({type(exc).__name__}: {exc})", err=True)
+            if not self.catch_up():
                 return
 
     def _runs(self) -> list:
