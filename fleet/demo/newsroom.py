@@ -94,11 +94,9 @@ class Newsroom:
         self._server.server_close()
 
 
-SCRAPER = '''import os
+SCRAPER = '''import polars as pl
 
-import polars as pl
-
-from fleet import Scraper
+from fleet import Scraper, site_url
 
 
 class News(Scraper):
@@ -110,7 +108,7 @@ class News(Scraper):
     timeout_s = 30
 
     async def scrape(self, page, ctx):
-        await ctx.goto(page, os.environ["FLEET_DEMO_URL"] + "/news?week=" + ctx.week.isoformat())
+        await ctx.goto(page, site_url("/news?week=" + ctx.week.isoformat()))
         await page.wait_for_selector("body[data-loaded]", timeout=10_000)
         await page.wait_for_selector("li.story .headline", timeout=3_000)
         for li in await page.locator("li.story").all():
@@ -118,13 +116,11 @@ class News(Scraper):
                    "headline": await li.locator(".headline").text_content(),
                    "author": (await li.locator(".author").text_content()) or None}
 '''
-"""A scraper of the newsroom (its URL from env FLEET_DEMO_URL), for tests to write into a scrapers folder."""
+"""A scraper of the newsroom (its URL from fleet.site_url), for tests to write into a scrapers folder."""
 
-FRONT = '''import os
+FRONT = '''import polars as pl
 
-import polars as pl
-
-from fleet import Scraper
+from fleet import Scraper, site_url
 
 
 class Front(Scraper):
@@ -136,7 +132,7 @@ class Front(Scraper):
     timeout_s = 30
 
     async def scrape(self, page, ctx):
-        await ctx.goto(page, os.environ["FLEET_DEMO_URL"] + "/news?week=front")
+        await ctx.goto(page, site_url("/news?week=front"))
         yield {"url": page.url, "title": await page.title()}
 '''
 """A second newsroom scraper, of the page's title alone: it keeps working when the stories' markup changes."""
