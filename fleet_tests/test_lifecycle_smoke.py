@@ -11,7 +11,9 @@ from fleet_tests.conftest import run_fleet
 from fleet_tests.gitremote import log
 
 # front, with its title read through a shared helper module two relative imports away
-FRONT = BASE_FRONT.replace("from fleet import Scraper\n", "from fleet import Scraper\n\nfrom ._shared import title_of\n") \
+assert "from fleet import Scraper, site_url\n" in BASE_FRONT
+FRONT = BASE_FRONT.replace("from fleet import Scraper, site_url\n",
+                            "from fleet import Scraper, site_url\n\nfrom ._shared import title_of\n") \
     .replace("await page.title()", "await title_of(page)")
 SHARED = '''from . import _deeper
 
