@@ -96,3 +96,36 @@ def test_the_step_that_commits_reads_the_token_file_and_refuses_one_others_may_r
     path.chmod(0o644)
     with pytest.raises(FleetError, match=r"FLEET_GIT_TOKEN_FILE .* may be read by others .*chmod 600"):
         res.data_repo()
+
+
+def test_record_and_new_refuse_a_fixture_holding_a_secret_or_a_cookie_the_site_set(fleet_env):
+    """`fleet record` and `fleet new` write no fixture whose pages hold a configured secret's value or a cookie's
+    the site set (headers and cookies are scrubbed; a page's body is not), and name where it is."""
+    from fleet.demo.newsroom import COOKIE, SCRAPER, Newsroom
+
+    scrapers = fleet_env.tmp / "scrapers"
+    scrapers.mkdir()
+    (scrapers / "news.py").write_text(SCRAPER)
+    slack = f"xoxb-{uuid.uuid4().hex}"
+    env = {**fleet_env.env, "FLEET_SCRAPERS_DIR": str(scrapers), "FLEET_SLACK_TOKEN": slack}
+    with Newsroom() as site:
+        env["FLEET_DEMO_URL"] = site.url
+        site.note = f"debug: {slack}"
+        res = subprocess.run([sys.executable, "-m", "fleet.cli", "record", "news"], env=env, capture_output=True,
+                             text=True, timeout=300, cwd=fleet_env.home)
+        assert res.returncode == 2, res.stdout + res.stderr
+        assert f"entry 0 ({site.url}/news?week=" in res.stderr and "response body holds the value of " \
+               "FLEET_SLACK_TOKEN" in res.stderr, res.stderr
+        assert slack not in res.stderr and not (scrapers / "fixtures" / "news.har.zip").exists()
+
+        site.note = f"your session: {COOKIE.split('=')[1]}"
+        res = subprocess.run([sys.executable, "-m", "fleet.cli", "new", "front", site.url + "/news?week=2026-11-16"],
+                             env=env, capture_output=True, text=True, timeout=300, cwd=fleet_env.home)
+        assert res.returncode == 2 and "response body holds the cookie 'session'" in res.stderr, res.stderr
+        assert not (scrapers / "front.py").exists() and not (scrapers / "fixtures" / "front.har.zip").exists()
+
+        site.note = "nothing secret"
+        res = subprocess.run([sys.executable, "-m", "fleet.cli", "record", "news"], env=env, capture_output=True,
+                             text=True, timeout=300, cwd=fleet_env.home)
+        assert res.returncode == 0, res.stdout + res.stderr
+        assert (scrapers / "fixtures" / "news.har.zip").exists()
