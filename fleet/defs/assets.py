@@ -202,6 +202,10 @@ def _raw_compute(source: Source, crash_reruns: int):
             "url": MetadataValue.text(out.url or "-"), "fleet/host": MetadataValue.text(host_label()),
             # the attempt whose rows and outcome count (fleet/storage/store.py read_outcome): its own keys in the store
             "fleet/attempt": MetadataValue.text(out.attempt or "-"),
+            # per domain: requests, 429s, Retry-After waits, concurrency used, robots.txt (fleet/scraping/politeness.py)
+            **({"fleet/domains": MetadataValue.json(out.domains)} if out.domains else {}),
+            **({} if source.obey_robots else {"fleet/robots": MetadataValue.text(
+                f"not obeyed: {source.obey_robots_reason}")}),
         }
         if not out.succeeded:
             evidence = evidence_metadata(store, week, source.name, out.evidence)

@@ -75,7 +75,11 @@ def new_attempt(source: Source, week: str, *, store: ArtifactStore, run_id: str,
         "tmp_root": str(tmp_root(settings.hosts_dir, sandbox.for_attempt(settings, source.module_path).uid)),
         "step_pid": os.getpid(),
         "block_markers": list(block_markers()),
-        "politeness": {"root": str(settings.hosts_dir.parent / "politeness"), **config.politeness()},
+        "politeness": {"root": str(settings.hosts_dir.parent / "politeness"), **config.politeness(), "week": week,
+                       # a replay's pages are the recording's: no robots.txt is asked for (nor could be)
+                       "obey_robots": source.obey_robots and not (trial and trial.replay_har),
+                       "robots_reason": source.obey_robots_reason if not source.obey_robots else "replay"
+                       if trial and trial.replay_har else ""},
         **(trial or Trial()).spec(),
     }
     return Attempt(id=attempt, work=work, spec=spec)
