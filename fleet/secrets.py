@@ -45,6 +45,10 @@ def hide_git_token(home: Path | None = None) -> Path | None:
     folder = Path(home or config.settings().home) / "secrets"
     folder.mkdir(mode=0o700, parents=True, exist_ok=True)
     os.chmod(folder, 0o700)
+    for stale in folder.glob("git-token.*"):  # left by a command that was killed: its process is gone
+        pid = stale.suffix.lstrip(".")
+        if pid.isdigit() and not Path(f"/proc/{pid}").exists():
+            stale.unlink(missing_ok=True)
     path = folder / f"git-token.{os.getpid()}"
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as fh:

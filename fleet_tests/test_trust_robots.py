@@ -122,3 +122,20 @@ def test_a_demo_week_obeys_robots_and_fleet_status_shows_each_domain(fleet_env):
     assert line and "requests 6," in line[0] and "429s 0" in line[0] and "interval 0.2s" in line[0] \
         and "robots.txt obeyed" in line[0], status.stdout
     assert len(list((fleet_env.home / "politeness" / "robots" / WEEK).glob("*.json"))) == 1
+
+
+def test_how_robots_txt_is_read():
+    """fleet's group before *'s, first matching rule (Allow before Disallow), fractional Crawl-delay, 401/403 disallow
+    everything, other 4xx allow everything."""
+    from fleet.scraping.robots import SiteRules
+
+    text = "User-agent: fleet\nDisallow: /a\nCrawl-delay: 2\n\nUser-agent: *\nDisallow: /\nCrawl-delay: 0.5\n"
+    r = SiteRules("http://x", {"status": 200, "text": text})
+    assert (r.rule_for("http://x/a/b"), r.rule_for("http://x/b"), r.min_interval_s()) == \
+        ("Disallow: /a (User-agent: fleet)", None, 2.0)
+    r = SiteRules("http://x", {"status": 200, "text": "User-agent: *\nAllow: /books/ok\nDisallow: /books\n"
+                                                      "Crawl-delay: 0.5\n"})
+    assert r.rule_for("http://x/books/ok?x=1") is None and r.min_interval_s() == 0.5
+    assert r.rule_for("http://x/books?week=1") == "Disallow: /books (User-agent: *)"
+    assert "HTTP 403: everything is disallowed" in SiteRules("http://x", {"status": 403}).rule_for("http://x/")
+    assert SiteRules("http://x", {"status": 404}).rule_for("http://x/anything") is None

@@ -87,7 +87,11 @@ def test_the_step_that_commits_reads_the_token_file_and_refuses_one_others_may_r
     monkeypatch.setenv("FLEET_HOME", str(tmp_path))
     monkeypatch.setenv("FLEET_GIT_TOKEN", "t0ken-value")
     from fleet.secrets import hide_git_token
+    (tmp_path / "secrets").mkdir(mode=0o700)
+    stale = tmp_path / "secrets" / "git-token.99999999"  # a killed command's: no such process
+    stale.write_text("old")
     path = hide_git_token()
+    assert not stale.exists()
     assert "FLEET_GIT_TOKEN" not in os.environ and os.environ["FLEET_GIT_TOKEN_FILE"] == str(path)
     assert oct(path.stat().st_mode & 0o777) == "0o600" and oct(path.parent.stat().st_mode & 0o777) == "0o700"
     res = DataRepository(remote="https://git.example/data.git", clone_dir=str(tmp_path / "c"), token_file=str(path))

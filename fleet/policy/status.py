@@ -105,7 +105,7 @@ def failed_checks(instance, week: str, sources: list[str], check_names) -> list[
     return out
 
 
-def domain_summary(store: ArtifactStore, week: str, sources: list[str], politeness_root) -> dict[str, dict]:
+def domain_summary(store: ArtifactStore, week: str, sources: list[str], politeness_root=None) -> dict[str, dict]:
     """Per domain, over the week's stored outcomes (fleet/scraping/politeness.py ``summary``): requests, 429s,
     Retry-After waits, the least concurrency and the interval used, robots.txt; and the concurrency level the 429
     backoff holds for next week (fleet/scraping/backoff.py)."""
@@ -127,8 +127,9 @@ def domain_summary(store: ArtifactStore, week: str, sources: list[str], politene
             d["robots"].add(st.get("robots") or "-")
             d["sources"].append(name)
     following = (dt.date.fromisoformat(week) + dt.timedelta(days=7)).isoformat()
-    backoff = Backoff(Path(politeness_root) / "backoff", following)
+    backoff = Backoff(Path(politeness_root) / "backoff", following) if politeness_root else None
     for host, d in out.items():
         d["robots"] = "; ".join(sorted(d["robots"]))
-        d["next_week_halvings"] = backoff.level(host)
+        if backoff is not None:
+            d["next_week_halvings"] = backoff.level(host)
     return out

@@ -58,14 +58,14 @@ class Backoff:
         if not self.week or (host, got_429) in self._marked:
             return
         self._marked.add((host, got_429))
-        self.root.mkdir(parents=True, exist_ok=True)
         path = self._path(host)
-        with open(path.with_suffix(".lock"), "a+") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            weeks = self.weeks(host)
-            rec = weeks.setdefault(self.week, {"429": False})
-            rec["429"] = bool(rec.get("429")) or got_429
-            tmp = path.with_suffix(f".{os.getpid()}.tmp")
-            tmp.write_text(json.dumps(weeks))
-            with contextlib.suppress(OSError):
+        with contextlib.suppress(OSError):  # a folder this user may not write: the page is not failed for it
+            self.root.mkdir(parents=True, exist_ok=True)
+            with open(path.with_suffix(".lock"), "a+") as lock:
+                fcntl.flock(lock, fcntl.LOCK_EX)
+                weeks = self.weeks(host)
+                rec = weeks.setdefault(self.week, {"429": False})
+                rec["429"] = bool(rec.get("429")) or got_429
+                tmp = path.with_suffix(f".{os.getpid()}.tmp")
+                tmp.write_text(json.dumps(weeks))
                 os.replace(tmp, path)

@@ -118,19 +118,30 @@ class Robots:
     def _load(self, site: str) -> SiteRules:
         if site in self._rules:
             return self._rules[site]
-        self.folder.mkdir(parents=True, exist_ok=True)
         name = site.replace("://", "_").replace(":", "_").replace("/", "_")
         path = self.folder / f"{name}.json"
-        with open(self.folder / f"{name}.lock", "a+") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            self.folder.mkdir(parents=True, exist_ok=True)
+            lock = open(self.folder / f"{name}.lock", "a+")
+        except OSError:  # a folder this user may not write (made by another): asked for here, not kept
+            lock = None
+        try:
+            if lock is not None:
+                fcntl.flock(lock, fcntl.LOCK_EX)
             try:
                 record = json.loads(path.read_text())
             except (OSError, ValueError):
                 record = _fetch(site)  # OSError: no answer, nothing kept
-                if record["status"] < 500:
+                if record["status"] < 500 and lock is not None:
                     tmp = path.with_suffix(f".{os.getpid()}.tmp")
-                    tmp.write_text(json.dumps(record))
-                    os.replace(tmp, path)
+                    try:
+                        tmp.write_text(json.dumps(record))
+                        os.replace(tmp, path)
+                    except OSError:
+                        tmp.unlink(missing_ok=True)
+        finally:
+            if lock is not None:
+                lock.close()
         if record["status"] >= 500:
             raise OSError(f"HTTP {record['status']}")
         self._rules[site] = SiteRules(site, record)
