@@ -61,7 +61,8 @@ def test_a_disallowed_url_is_not_requested_and_the_source_fails_as_blocked_namin
     sites.robots_file.write_text("User-agent: *\nDisallow: /books\n\nUser-agent: otherbot\nDisallow: /\n")
     out, _ = run(scrape_home, _source(tmp_path, "robots_no"))
     assert (out.status, out.category) == ("failed", "blocked"), out
-    assert "robots.txt disallows" in out.error and "Disallow: /books (User-agent: *)" in out.error, out.error
+    assert "blocked: Disallow: /books (User-agent: *) in http://127.0.0.1:" in out.error, out.error
+    assert "/robots.txt forbids http://127.0.0.1:" in out.error, out.error
     assert _paths(sites, "/books") == [] and len(_paths(sites, "/robots.txt")) == 1
     # fetched once per site per week: a second source of the week asks no more
     out2, _ = run(scrape_home, _source(tmp_path, "robots_no_again"))

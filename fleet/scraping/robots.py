@@ -160,6 +160,6 @@ class Robots:
                                   f"of the site may be fetched until it answers", url=url, transient=True) from None
         rule = rules.rule_for(url)
         if rule:
-            raise BlockedError(f"source {source}: blocked: {site}/robots.txt disallows {url}: {rule}; a scraper may "
+            raise BlockedError(f"source {source}: blocked: {rule} in {site}/robots.txt forbids {url}; a scraper may "
                                f"set obey_robots = False with obey_robots_reason", url=url)
         return rules.min_interval_s()
