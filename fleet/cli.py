@@ -47,6 +47,9 @@ class _Group(click.Group):
 @click.group(cls=_Group)
 def main():
     """fleet: weekly Playwright scrapers as a Dagster asset graph, committed to a Git-LFS data repository."""
+    from fleet.secrets import hide_git_token
+
+    hide_git_token()  # before any child starts: only the step that commits reads the token (fleet/secrets.py)
 
 
 def _check_run_options(sources: tuple[str, ...], deep: tuple[str, ...]) -> None:

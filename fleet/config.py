@@ -181,6 +181,10 @@ def aws_endpoint_url() -> str | None:  # boto reads it too; fleet names it in er
     return _text("AWS_ENDPOINT_URL") or None
 
 
+def values_of(names) -> dict[str, str]:  # those of the variables ``names`` set here, by name (fleet/secrets.py)
+    return {n: _text(n) for n in names if _text(n)}
+
+
 def git_author() -> tuple[str | None, str | None]:  # set (even empty), git's own identity wins over fleet's default
     return os.environ.get("GIT_AUTHOR_NAME"), os.environ.get("GIT_AUTHOR_EMAIL")
 
@@ -189,8 +193,7 @@ def git_config_count() -> int:  # config entries already given to git through th
     return env_number("GIT_CONFIG_COUNT", 0, int)
 
 
-def _renamed(old: str, new: str) -> None:
-    """A setting under its old name would otherwise be ignored without a word."""
+def _renamed(old: str, new: str) -> None:  # a setting under its old name would otherwise be ignored without a word
     if old in os.environ:
         raise FleetError(f"{old} is now called {new}; set {new} instead")
 

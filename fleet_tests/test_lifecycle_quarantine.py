@@ -62,7 +62,9 @@ def test_a_source_failing_k_weeks_is_skipped_shown_alerted_once_and_lifted(fleet
         third = run_fleet(env, "run", "--week", WEEKS[2], "--force")
         assert third.returncode == 1, third.stdout[-2000:] + third.stderr[-3000:]
         # skipped without a browser: the site saw only front's page load
-        assert site.hits[before:] and all("week=front" in h or h.startswith("/logo.png") for h in site.hits[before:]), \
+        # (and the new week's robots.txt, which front's first page asks for: fleet/scraping/robots.py)
+        assert site.hits[before:] and all("week=front" in h or h.startswith("/logo.png") or h == "/robots.txt"
+                                          for h in site.hits[before:]), \
             site.hits[before:]
     assert "news                 quarantined quarantined" in third.stdout, third.stdout
     assert "news quarantined 0 rows" in third.stdout  # the live progress line

@@ -19,6 +19,7 @@ from fleet.defs.resources import Alerts, ArtifactStore, Browser, DataRepository
 from fleet.lifecycle import quarantine
 from fleet.policy import pastweek
 from fleet.policy import taxonomy as tx
+from fleet.policy.status import domain_summary
 from fleet.engine import outcome as scrape_outcome
 from fleet.scraping.discovery import Source
 from fleet.engine.runner import run_source
@@ -202,6 +203,10 @@ def _raw_compute(source: Source, crash_reruns: int):
             "url": MetadataValue.text(out.url or "-"), "fleet/host": MetadataValue.text(host_label()),
             # the attempt whose rows and outcome count (fleet/storage/store.py read_outcome): its own keys in the store
             "fleet/attempt": MetadataValue.text(out.attempt or "-"),
+            # per domain: requests, 429s, Retry-After waits, concurrency used, robots.txt (fleet/scraping/politeness.py)
+            **({"fleet/domains": MetadataValue.json(out.domains)} if out.domains else {}),
+            **({} if source.obey_robots else {"fleet/robots": MetadataValue.text(
+                f"not obeyed: {source.obey_robots_reason}")}),
         }
         if not out.succeeded:
             evidence = evidence_metadata(store, week, source.name, out.evidence)
@@ -293,6 +298,7 @@ def publish_assets(sources: list[Source], partitions_def):
             "dagster/row_count": summary["rows"], "sources_included": len(summary["included"]),
             "sources_missing": len(summary["missing"]), "missing": MetadataValue.json(summary["missing"]),
             "included": MetadataValue.json(summary["included"]), "carried": MetadataValue.json(summary["carried"]),
+            "domains": MetadataValue.json(domain_summary(store, week, names)),  # fleet/scraping/politeness.py
         })
 
     def _commit(context, stage: str, data_repo: DataRepository, artifacts: ArtifactStore) -> MaterializeResult:

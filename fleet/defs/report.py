@@ -121,8 +121,22 @@ def status(week: str, echo=click.echo) -> int:
     held = {folder: store.size(week, folder) for folder in ("raw", "evidence", "work")}
     echo(f"store: week {week} holds " + ", ".join(f"{k} {mb(v)}" for k, v in held.items())
          + f"; all weeks {mb(sum(store.size(x, '.') for x in store.weeks()))}")
+    print_domains(store, week, names, echo)
     print_lifecycle(store, week, echo)
     return EXIT_OK
+
+
+def print_domains(store, week: str, names: list[str], echo=click.echo) -> None:
+    """Per domain the week's sources reached: what they asked, the 429s and waits, the bounds, robots.txt."""
+    from fleet.policy.status import domain_summary
+
+    found = domain_summary(store, week, names, settings().home / "politeness")
+    echo(f"domains: {len(found)}" + (":" if found else ""))
+    for host, d in sorted(found.items()):
+        nxt = f"; next week concurrency /{2 ** d['next_week_halvings']} after 429s" if d["next_week_halvings"] else ""
+        echo(f"  {host:<24} requests {d['requests']}, 429s {d['http_429']}, Retry-After waits "
+             f"{d['retry_after_waits']} ({d['retry_after_s']:g}s), concurrency {d['concurrency']}, interval "
+             f"{d['interval_s']:g}s, robots.txt {d['robots']}{nxt}")
 
 
 def print_lifecycle(store, week: str, echo=click.echo) -> None:

@@ -12,6 +12,7 @@ from dagster import ConfigurableResource, EnvVar
 from fleet import config
 from fleet.config import Settings
 from fleet.engine.settings import EngineSettings
+from fleet.secrets import git_token_file
 from fleet.storage.open import open_store
 
 TOKEN_VAR = "FLEET_GIT_TOKEN"
@@ -27,15 +28,20 @@ class DataRepository(ConfigurableResource):
     prefix: str = "data/"
     """The only folder fleet ever changes (FLEET_DATA_PREFIX)."""
     token: Optional[str] = None
-    """Token for an https remote (FLEET_GIT_TOKEN, as an EnvVar); never logged."""
+    """Token for an https remote (FLEET_GIT_TOKEN, as an EnvVar, when not run by the `fleet` CLI); never logged."""
+    token_file: Optional[str] = None
+    """A file (0600) holding the token, read only by the step that commits (FLEET_GIT_TOKEN_FILE; the `fleet` CLI
+    moves a FLEET_GIT_TOKEN there, out of every process's environment: fleet/secrets.py)."""
     clone_dir: str
     """Where fleet keeps its working clone of the repository."""
 
     def data_repo(self):
         from fleet.publish import DataRepo
 
+        from fleet.secrets import git_token
+
         return DataRepo(remote=self.remote, clone_dir=self.clone_dir, branch=self.branch, prefix=self.prefix,
-                        token=self.token or None)
+                        token=git_token(self.token, self.token_file))
 
 
 class ArtifactStore(ConfigurableResource):
@@ -88,7 +94,7 @@ def from_settings(s: Settings) -> dict:
     """The resources for settings ``s``, keyed as the assets ask for them."""
     return {
         "data_repo": DataRepository(remote=s.data_remote, branch=s.branch, prefix=s.prefix,
-                                    token=EnvVar(TOKEN_VAR) if s.git_token else None,
+                                    token=EnvVar(TOKEN_VAR) if s.git_token else None, token_file=git_token_file(),
                                     clone_dir=str(s.clone_dir)),
         "artifacts": ArtifactStore(root=s.store_url, cache_dir=str(s.artifact_cache)),
         "browser": Browser(chromium=config.chromium_setting(), browser_hosts=s.browser_hosts,

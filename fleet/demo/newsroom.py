@@ -20,7 +20,7 @@ PNG = bytes.fromhex("89504e470d0a1a0a0000000d4948445200000001000000010806000000"
                     "1f15c4890000000d49444154789c6360000002000154a24f5d0000000049454e44ae426082")
 
 PAGE = """<!doctype html><html><head><title>Newsroom</title></head><body>
-<h1>Newsroom</h1><ul id="news"></ul>
+<h1>Newsroom</h1><p id="note">%(note)s</p><ul id="news"></ul>
 <script>
 const img = document.createElement('img'); img.src = '/logo.png?cb=' + Math.random(); document.body.appendChild(img);
 fetch('/api/news?week=%(week)s', {headers: {'Authorization': 'Bearer %(token)s'}})
@@ -40,6 +40,7 @@ fetch('/api/news?week=%(week)s', {headers: {'Authorization': 'Bearer %(token)s'}
 class Newsroom:
     def __init__(self, change_week: str | None = None, stories: int = STORIES):
         self.change_week = change_week
+        self.note = ""  # text the page shows (settable while serving): a secret a site wrote into its page
         self.stories = stories
         self.hits: list[str] = []  # every request's path and query, in order
         self._server: ThreadingHTTPServer | None = None
@@ -70,7 +71,8 @@ class Newsroom:
                 week = (parse_qs(parts.query).get("week") or ["2026-01-05"])[0]
                 if parts.path == "/news":
                     changed = site.change_week is not None and week >= site.change_week
-                    body = PAGE % {"week": week, "token": TOKEN, "headline": "title" if changed else "headline"}
+                    body = PAGE % {"week": week, "token": TOKEN, "headline": "title" if changed else "headline",
+                                   "note": site.note}
                     self.send(200, body.encode(), "text/html; charset=utf-8", {"Set-Cookie": COOKIE + "; Path=/"})
                 elif parts.path == "/api/news":
                     if self.headers.get("Authorization") != f"Bearer {TOKEN}":

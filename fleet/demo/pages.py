@@ -135,6 +135,8 @@ class Handler(BaseHTTPRequestHandler):
             week = dt.date.fromisoformat(q["week"]) if q.get("week") else current_week()
         except ValueError:
             return self._send(400, _page("Bad request", f"<p>bad week {_e(q['week'])}</p>"))
+        if path == "/robots.txt":  # fleet obeys it (fleet/scraping/robots.py)
+            return self._send(200, sites.robots_txt(), "text/plain; charset=utf-8")
         modes = sites.modes()
         site = path.strip("/").split("/")[0]
         wall = walls.answer(sites, site, modes.get(site)) if site in SITES else None

@@ -16,6 +16,8 @@ Faults:
   /missing                          HTTP 404 (as is any unknown path)
   /empty                            a valid page with an empty table
   /crawl?page=N                     200 pages of 3 items, each linking the next (fleet/demo/crawl.py)
+  /robots.txt                       allows what the demo scrapers visit (:data:`ROBOTS`); ``<state_dir>/robots.txt``
+                                    replaces it while it exists (a test's Disallow or Crawl-delay)
 Site modes (per site, read on each request from ``<state_dir>/modes.json``, or set via ``/_control``):
   normal | selector_rot (a column's CSS class changes for 9 rows in 10) | volume_collapse (5% of rows) | empty
   | forbidden | captcha | rate_limited | rate_limited_long (a site that turns scrapers away: fleet/demo/walls.py)
@@ -35,6 +37,9 @@ from fleet.demo.data import (EPOCH, MODES, ROT_COLUMN, SITES, apply_volume, book
                              flaky_rows, jobs_rows, parts_rows, parts_search, rot_class, shops_rows, stocks_rows,
                              week_index)
 from fleet.demo.pages import Handler
+
+
+ROBOTS = "User-agent: *\nDisallow: /_control\nAllow: /\n"
 
 
 def _modes_path(state_dir: Path | str | None) -> Path | None:
@@ -143,6 +148,15 @@ class DemoSites:
         self.stop()
 
     # -- control
+    def robots_txt(self) -> str:
+        """The sites' robots.txt: ``<state_dir>/robots.txt`` when there is one, else :data:`ROBOTS`."""
+        if self.state_dir is not None:
+            try:
+                return (self.state_dir / "robots.txt").read_text()
+            except OSError:
+                pass
+        return ROBOTS
+
     def modes(self) -> dict[str, str]:
         if self.state_dir is not None:
             return read_modes(self.state_dir)

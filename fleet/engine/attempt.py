@@ -251,7 +251,8 @@ async def scrape(own: OwnBrowser, spec: dict) -> dict:
             (evidence_dir / "error.txt").parent.mkdir(parents=True, exist_ok=True)
             (evidence_dir / "error.txt").write_text(result.get("traceback") or result.get("error", ""))
         result.update(rows=count, pages=ctx.pages_visited, url=result.get("url") or ctx.last_url,
-                      seconds=round(time.monotonic() - start, 3))
+                      seconds=round(time.monotonic() - start, 3),
+                      domains=ctx.politeness.summary() if ctx.politeness else {})  # robots.txt, 429s: politeness.py
         with contextlib.suppress(Exception):
             await asyncio.wait_for(context.close(), 10)
     finally:

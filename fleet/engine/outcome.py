@@ -35,6 +35,7 @@ class Outcome:
     deep: bool = False
     forced: str | None = None   # the date a past week was scraped on under the run tag fleet/force=true
     key: list | None = None     # the source's natural key, for the week-over-week changes (fleet/publish/changes.py)
+    domains: dict = dataclasses.field(default_factory=dict)  # per domain: requests, 429s, waits, bounds, robots.txt
 
     @property
     def succeeded(self) -> bool:
@@ -107,7 +108,7 @@ def finish(source: Source, week: str, store: ArtifactStore, run_id: str, attempt
     out = Outcome(source=source.name, week=week, status=result["status"], category=result.get("category"),
                   pages=result.get("pages", 0), error=result.get("error"), url=result.get("url") or last_url,
                   evidence=result.get("evidence") or {}, seconds=seconds, run_id=run_id, attempt=attempt, deep=deep,
-                  forced=forced, key=list(source.key) or None)
+                  forced=forced, key=list(source.key) or None, domains=result.get("domains") or {})
     stack = work / f"stack-{attempt}.txt"
     if out.status == "timeout":
         evidence_dir = store.local_dir(week, keys.evidence_key(source.name))

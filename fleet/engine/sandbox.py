@@ -14,9 +14,10 @@ from pathlib import Path
 
 from fleet import config
 from fleet.engine.procs import tmp_base
+from fleet.secrets import ATTEMPT_SECRETS
 
 SETTING = "FLEET_SANDBOX_USER"
-SECRETS = ("FLEET_GIT_TOKEN",)   # only the processes that commit may read these
+SECRETS = ATTEMPT_SECRETS       # credentials attempt processes never get (fleet/secrets.py)
 FLAG = "FLEET_CHROMIUM_SANDBOX"  # set in an attempt process's environment: launch Chromium with its sandbox on
 
 

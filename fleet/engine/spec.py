@@ -60,6 +60,7 @@ def new_attempt(source: Source, week: str, *, store: ArtifactStore, run_id: str,
                 retry: dict | None, settings: EngineSettings, trial: Trial | None = None) -> Attempt:
     attempt = keys.new_attempt_id()
     work = store.workdir(week, keys.spool_key(source.name))
+    replay = bool(trial and trial.replay_har)
     spec = {
         "source": source.name, "module_path": str(source.module_path), "class_name": source.class_name,
         "week": week, "run_id": run_id, "deep": deep, "timeout_s": timeout, "retry": retry or {},
@@ -75,7 +76,10 @@ def new_attempt(source: Source, week: str, *, store: ArtifactStore, run_id: str,
         "tmp_root": str(tmp_root(settings.hosts_dir, sandbox.for_attempt(settings, source.module_path).uid)),
         "step_pid": os.getpid(),
         "block_markers": list(block_markers()),
-        "politeness": {"root": str(settings.hosts_dir.parent / "politeness"), **config.politeness()},
+        "politeness": {"root": str(settings.hosts_dir.parent / "politeness"), **config.politeness(), "week": week,
+                       # a replay's pages are the recording's: no robots.txt is asked for (nor could be)
+                       "obey_robots": source.obey_robots and not replay,
+                       "robots_reason": "a replay of its fixture" if replay else source.obey_robots_reason},
         **(trial or Trial()).spec(),
     }
     return Attempt(id=attempt, work=work, spec=spec)

@@ -55,13 +55,59 @@ def load(source: Source) -> dict:
     return data
 
 
+def _cookies_set(entries: list) -> dict[str, str]:
+    """The values of the cookies the site set (its Set-Cookie headers, the recorder's cookie lists), by name."""
+    found = {}
+    for entry in entries:
+        for part in (entry.get("request", {}), entry.get("response", {})):
+            for c in part.get("cookies") or []:
+                found[f"the cookie {c.get('name')!r}"] = str(c.get("value") or "")
+            for h in part.get("headers") or []:
+                if h.get("name", "").lower() == "set-cookie":
+                    for line in str(h.get("value", "")).splitlines():
+                        name, _, value = line.split(";", 1)[0].partition("=")
+                        found[f"the cookie {name.strip()!r}"] = value.strip()
+    return {k: v for k, v in found.items() if len(v) >= 6}  # "1", "true": in any page, not a secret
+
+
+def _leaks(entries: list, others: dict[str, bytes], values: dict[str, str]) -> list[str]:
+    """Where in the scrubbed recording each of ``values`` (a secret's value, by what it is) still is."""
+    from base64 import b64decode
+    from urllib.parse import quote
+
+    out = []
+    for i, entry in enumerate(entries):
+        req, resp = entry.get("request", {}), entry.get("response", {})
+        content = resp.get("content") or {}
+        body = str(content.get("text") or "").encode()
+        if content.get("encoding") == "base64":
+            try:
+                body = b64decode(body)
+            except ValueError:
+                pass
+        parts = {"URL": str(req.get("url", "")).encode(), "request headers": json.dumps(req.get("headers")).encode(),
+                 "request body": str((req.get("postData") or {}).get("text") or "").encode(),
+                 "response headers": json.dumps(resp.get("headers")).encode(),
+                 "response body": body + others.get(str(content.get("_file") or ""), b"")}
+        for what, value in values.items():
+            forms = {value.encode(), quote(value, safe="").encode()}
+            out += [f"entry {i} ({req.get('url')}) {part} holds {what}" for part, text in parts.items()
+                    if any(f in text for f in forms)]
+    return out
+
+
 def scrub(raw_zip: Path, target: Path) -> int:
     """Copy Playwright's recording ``raw_zip`` to ``target`` without cookies or credential headers (its recorder
-    keeps them); returns how many values were removed. Written atomically: a reader never sees a half fixture."""
+    keeps them); returns how many values were removed. Refused, writing nothing, when what is left holds the value
+    of a configured secret (fleet/secrets.py) or of a cookie the site set, naming where. Written atomically: a
+    reader never sees a half fixture."""
+    from fleet.secrets import secret_values
+
     removed = 0
     with zipfile.ZipFile(raw_zip) as z:
         har = json.loads(z.read("har.har"))
         others = {n: z.read(n) for n in z.namelist() if n != "har.har"}
+    values = {**_cookies_set(har["log"]["entries"]), **{f"the value of {n}": v for n, v in secret_values().items()}}
     for entry in har["log"]["entries"]:
         for part in (entry.get("request", {}), entry.get("response", {})):
             removed += len(part.get("cookies") or [])
@@ -69,6 +115,11 @@ def scrub(raw_zip: Path, target: Path) -> int:
             kept = [h for h in part.get("headers") or [] if not SECRET_HEADERS.search(h.get("name", ""))]
             removed += len(part.get("headers") or []) - len(kept)
             part["headers"] = kept
+    leaks = _leaks(har["log"]["entries"], others, values)
+    if leaks:
+        raise FleetError(f"{target}: not written: the recording holds a secret: {'; '.join(leaks[:3])}"
+                         f"{f' (and {len(leaks) - 3} more)' if len(leaks) > 3 else ''}; record against a site "
+                         "that does not put it in its pages (a test account), or rotate it")
     target.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
     os.close(fd)

@@ -103,3 +103,33 @@ def failed_checks(instance, week: str, sources: list[str], check_names) -> list[
                     out.append(FailedCheck(source, name, "-", f"not evaluated: run {latest.run_id[:8]} failed "
                                                               "before the check ran (see the source's status)"))
     return out
+
+
+def domain_summary(store: ArtifactStore, week: str, sources: list[str], politeness_root=None) -> dict[str, dict]:
+    """Per domain, over the week's stored outcomes (fleet/scraping/politeness.py ``summary``): requests, 429s,
+    Retry-After waits, the least concurrency and the interval used, robots.txt; and the concurrency level the 429
+    backoff holds for next week (fleet/scraping/backoff.py)."""
+    import datetime as dt
+    from pathlib import Path
+
+    from fleet.scraping.backoff import Backoff
+
+    out: dict[str, dict] = {}
+    for name in sources:
+        for host, st in ((keys.read_outcome(store, week, name) or {}).get("domains") or {}).items():
+            d = out.setdefault(host, {"requests": 0, "http_429": 0, "retry_after_waits": 0, "retry_after_s": 0.0,
+                                      "concurrency": None, "interval_s": 0.0, "robots": set(), "sources": []})
+            for k in ("requests", "http_429", "retry_after_waits", "retry_after_s"):
+                d[k] += st.get(k) or 0
+            if st.get("concurrency") is not None:
+                d["concurrency"] = min(d["concurrency"] or st["concurrency"], st["concurrency"])
+            d["interval_s"] = max(d["interval_s"], st.get("interval_s") or 0.0)
+            d["robots"].add(st.get("robots") or "-")
+            d["sources"].append(name)
+    following = (dt.date.fromisoformat(week) + dt.timedelta(days=7)).isoformat()
+    backoff = Backoff(Path(politeness_root) / "backoff", following) if politeness_root else None
+    for host, d in out.items():
+        d["robots"] = "; ".join(sorted(d["robots"]))
+        if backoff is not None:
+            d["next_week_halvings"] = backoff.level(host)
+    return out

@@ -46,8 +46,11 @@ class DataRepo:
     @classmethod
     def from_settings(cls, s) -> "DataRepo":
         """From fleet's environment settings (FLEET_DATA_REMOTE, FLEET_DATA_BRANCH, FLEET_DATA_PREFIX,
-        FLEET_GIT_TOKEN, and the clone under FLEET_HOME)."""
-        return cls(remote=s.data_remote, clone_dir=s.clone_dir, branch=s.branch, prefix=s.prefix, token=s.git_token)
+        FLEET_GIT_TOKEN or FLEET_GIT_TOKEN_FILE, and the clone under FLEET_HOME)."""
+        from fleet.secrets import git_token, git_token_file
+
+        return cls(remote=s.data_remote, clone_dir=s.clone_dir, branch=s.branch, prefix=s.prefix,
+                   token=git_token(s.git_token, git_token_file()))
 
     def parsed(self) -> Remote:
         return parse_remote(self.remote, self.token)

@@ -58,6 +58,8 @@ class Scraper:
       polite_concurrency, polite_interval_s  this scraper's limits for the domains it visits (at most N
                  navigations at once, at least T seconds between them), stricter than FLEET_DOMAIN_*; they bind
                  every source of this host that visits those domains after it
+      obey_robots, obey_robots_reason  ``ctx.goto`` obeys the site's robots.txt (fleet/scraping/robots.py) unless
+                 ``obey_robots = False``, which needs a reason (recorded in the source's metadata)
     The class docstring becomes the asset's description in the UI.
     """
 
@@ -74,6 +76,8 @@ class Scraper:
     block_markers: ClassVar[tuple[str, ...]] = ()
     polite_concurrency: ClassVar[int | None] = None
     polite_interval_s: ClassVar[float | None] = None
+    obey_robots: ClassVar[bool] = True
+    obey_robots_reason: ClassVar[str] = ""
     # Volume check thresholds (#8), overridable per scraper.
     volume_warn_ratio: ClassVar[float] = 0.5
     volume_error_ratio: ClassVar[float] = 0.1
@@ -135,6 +139,10 @@ class Scraper:
             raise ScraperDefinitionError(f"scraper {name!r}: polite_concurrency must be a whole number >= 1, got {n!r}")
         if t is not None and (isinstance(t, bool) or not isinstance(t, (int, float)) or not 0 <= t < math.inf):
             raise ScraperDefinitionError(f"scraper {name!r}: polite_interval_s must be a number of seconds >= 0, got {t!r}")
+        obey, why = getattr(cls, "obey_robots", True), getattr(cls, "obey_robots_reason", "")
+        if not isinstance(obey, bool) or not obey and not (isinstance(why, str) and why.strip()):
+            raise ScraperDefinitionError(f"scraper {name!r}: obey_robots must be True, or False with a reason in "
+                                         f"obey_robots_reason, got obey_robots={obey!r}, obey_robots_reason={why!r}")
         import inspect
 
         if not inspect.isasyncgenfunction(cls.scrape) or cls.scrape is Scraper.scrape:
@@ -214,11 +222,15 @@ class ScrapeContext:
             self._progress_path.write_text(url)
 
         async def once():
+            if self.politeness:  # robots.txt: a disallowed URL is not requested (BlockedError)
+                await self.politeness.allowed(url)
             try:
                 async with self.politeness.request(url) if self.politeness else contextlib.nullcontext():
                     response = await page.goto(url, timeout=timeout_ms, wait_until=wait_until)
             except Exception as exc:  # playwright.Error / TimeoutError
                 raise _navigation_error_from(exc, url) from exc
+            if self.politeness and response is not None:  # the domain's summary, and its 429s' backoff
+                self.politeness.note(url, response.status, bot.retry_after_s(response.headers.get("retry-after")))
             if response is not None and response.status == 403:
                 raise BlockedError(f"source {self.source}: blocked: HTTP 403 for {url}", url=url, status=403)
             if response is not None and response.status >= 400:

@@ -31,6 +31,8 @@ class Source:
     quarantine_after: int = 3
     carry_forward: bool = False
     carry_forward_weeks: int = 2
+    obey_robots: bool = True
+    obey_robots_reason: str = ""
 
     @property
     def broken(self) -> bool:
@@ -154,7 +156,8 @@ def _scan(path: Path, module, sources: list[Source], broken: list[_Placeholder])
                          schema=dict(cls.schema), key=tuple(cls.key), timeout_s=float(cls.timeout_s),
                          own_browser=cls.own_browser, own_process=cls.own_process,
                          quarantine_after=cls.quarantine_after, carry_forward=cls.carry_forward,
-                         carry_forward_weeks=cls.carry_forward_weeks)
+                         carry_forward_weeks=cls.carry_forward_weeks, obey_robots=cls.obey_robots,
+                         obey_robots_reason=cls.obey_robots_reason)
         except ScraperDefinitionError as exc:
             broken.append(_Placeholder(path, f"scraper module {path.name}: {exc}", attr))
         except Exception as exc:  # anything a class can raise when its attributes are read

@@ -10,6 +10,11 @@ Where the bounds are kept:
   is free within ``LEASE_S``; the spacing is the time of the last start. Both are judged by Redis's own clock
   (``TIME`` in a script), never by the hosts'. When that Redis cannot be reached (a restart), a request is
   bounded on its own host meanwhile, and says so once, rather than failing the source.
+
+On top of those bounds, per domain: robots.txt (fleet/scraping/robots.py: a disallowed URL is not requested, a
+Crawl-delay is the least interval), and a domain that answered 429 gets half its concurrency for the rest of the
+week and the next (fleet/scraping/backoff.py). Each attempt sums up, per domain, what it asked and was answered
+(:meth:`Politeness.summary`): in the source's outcome, its asset's metadata and `fleet status`.
 """
 from __future__ import annotations
 
@@ -26,6 +31,8 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from fleet.errors import without_credentials
+from fleet.scraping.backoff import Backoff, concurrency as backed_off
+from fleet.scraping.robots import Robots
 
 POLL_S = 0.02
 SHARED_POLL_S = 0.1  # a round trip to Redis per poll: slower than a lock file's
@@ -89,8 +96,14 @@ class Politeness:
     the scraper's own ``polite_concurrency`` / ``polite_interval_s`` and by those other sources declared for the
     same domain. ``shared``: the Redis URL that holds the bounds for every host, or "" for this host's files."""
 
-    def __init__(self, root: Path | str, concurrency: int, interval_s: float, source: str = "", shared: str = ""):
+    def __init__(self, root: Path | str, concurrency: int, interval_s: float, source: str = "", shared: str = "",
+                 week: str = "", obey_robots: bool = True, robots_reason: str = ""):
         self.root = Path(root)
+        self.robots = Robots(self.root / "robots", week) if week and obey_robots else None
+        self.robots_note = "obeyed" if self.robots else f"not obeyed: {robots_reason or 'no week'}"
+        self.backoff = Backoff(self.root / "backoff", week)
+        self.floor: dict[str, float] = {}  # per host: robots.txt's least interval
+        self.stats: dict[str, dict] = {}
         self.concurrency, self.interval_s = int(concurrency), float(interval_s)
         self.own: tuple[int | None, float | None] = (None, None)
         self.source = source
@@ -102,6 +115,49 @@ class Politeness:
     def declare(self, concurrency: int | None, interval_s: float | None) -> None:
         self.own = (concurrency, interval_s)
 
+    def _stats(self, host: str) -> dict:
+        return self.stats.setdefault(host, {"requests": 0, "http_429": 0, "retry_after_waits": 0, "retry_after_s": 0.0,
+                                            "concurrency": None, "interval_s": None, "robots": self.robots_note})
+
+    async def allowed(self, url: str) -> None:
+        """Raise ``BlockedError`` when robots.txt disallows ``url`` (unless the scraper does not obey it); keep its
+        Crawl-delay as the domain's least interval."""
+        host = urlsplit(url).hostname
+        if host and self.robots is not None:
+            self._stats(host)
+            delay = await self.robots.check(url, self.source)
+            self.floor[host] = max(self.floor.get(host, 0.0), delay)
+            if delay:
+                self.stats[host]["crawl_delay_s"] = self.floor[host]
+
+    def note(self, url: str, status: int, retry_after: float | None) -> None:
+        """A response's status: a 429 halves the domain's concurrency (fleet/scraping/backoff.py)."""
+        host = urlsplit(url).hostname
+        if not host:
+            return
+        st = self._stats(host)
+        if status == 429:
+            st["http_429"] += 1
+        if status in (429, 503) and retry_after is not None:
+            st["retry_after_waits"] += 1
+            st["retry_after_s"] = round(st["retry_after_s"] + retry_after, 3)
+        self.backoff.mark(host, status == 429)
+
+    def summary(self) -> dict:
+        """Per domain this attempt reached: requests, 429s, Retry-After waits, the bounds used, robots.txt."""
+        return {h: dict(st) for h, st in self.stats.items()}
+
+    def _bounds(self, host: str, n: int, t: float) -> tuple[int, float]:
+        """``n`` and ``t`` with the domain's 429 backoff and robots.txt's Crawl-delay."""
+        level = self.backoff.level(host)
+        n, t = backed_off(n, level), max(t, self.floor.get(host, 0.0))
+        st = self._stats(host)
+        st["concurrency"] = n if st["concurrency"] is None else min(st["concurrency"], n)
+        st["interval_s"] = t
+        if level:
+            st["backoff_level"] = level
+        return n, t
+
     @contextlib.asynccontextmanager
     async def request(self, url: str):
         """Hold a slot of ``url``'s domain, spaced from the last request to it, for the ``async with`` block."""
@@ -110,6 +166,7 @@ class Politeness:
             yield
             return
         release = None
+        self._stats(host)["requests"] += 1
         if self.shared:
             from redis.exceptions import RedisError
 
@@ -172,7 +229,7 @@ class Politeness:
 
     async def _acquire_local(self, host: str):
         self._record(host)
-        n, t = self.limits(host)
+        n, t = self._bounds(host, *self.limits(host))
         slot = await self._slot(host, n)
         try:
             await self._spaced(host, t)
@@ -240,7 +297,7 @@ class Politeness:
         for raw in declared.values():
             with contextlib.suppress(ValueError):
                 records.append(json.loads(raw))
-        n, t = _strictest(self.concurrency, self.interval_s, records, self.own)
+        n, t = self._bounds(host, *_strictest(self.concurrency, self.interval_s, records, self.own))
         token, slots = uuid.uuid4().hex, f"{key}:slots"
         while not await acquire(keys=[slots], args=[token, n, LEASE_S]):
             await asyncio.sleep(SHARED_POLL_S)
