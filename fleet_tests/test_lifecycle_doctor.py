@@ -1,0 +1,68 @@
+"""`fleet doctor` through real parts: the books demo site on 127.0.0.1, its fixture recorded by `fleet record`, then
+the site's markup changed (fleet/demo/changes.py); Chromium replays last week's page from the fixture, scrapes
+today's live, and the proposal runs through the engine before it is shown or applied."""
+import shutil
+
+import pytest
+
+from fleet.demo.sites import DemoSites
+from fleet_tests.conftest import ROOT, run_fleet
+
+
+@pytest.fixture
+def books(fleet_env):
+    scrapers = fleet_env.tmp / "scrapers"
+    scrapers.mkdir()
+    shutil.copy(ROOT / "scrapers" / "books.py", scrapers / "books.py")
+    with DemoSites(latency_ms=0) as site:
+        fleet_env.env.update(FLEET_SCRAPERS_DIR=str(scrapers), FLEET_DEMO_URL=site.url)
+        rec = run_fleet(fleet_env.env, "record", "books")
+        assert rec.returncode == 0 and "24 rows" in rec.stdout, rec.stdout + rec.stderr
+        fleet_env.site, fleet_env.module = site, scrapers / "books.py"
+        yield fleet_env
+
+
+def test_renamed_classes_proposed_tested_and_applied_only_with_apply(books):
+    books.site.set_mode("books", "renamed_classes")
+    before = books.module.read_text()
+    res = run_fleet(books.env, "doctor", "books")
+    out = res.stdout
+    assert res.returncode == 0, out + res.stderr
+    # every locator, matched then and now
+    assert "table#books tr.book         24     0  broken" in out and ".isbn                       24     0  broken" in out
+    assert "24 of last week's rows found on today's page" in out
+    # the diff replaces the row locator and each field's class with the renamed ones
+    assert '-        for row in await page.locator("table#books tr.book")' in out
+    assert "+  isbn: r.querySelector('.item-code')" in out and "+  price: r.querySelector('.item-cost')" in out
+    # the patched scraper ran against today's page and got last week's rows back
+    assert "the scraper with the proposal, against today's page: 24 rows (last week 24)" in out
+    assert "(missing)" not in out and "the proposal passes" in out
+    assert books.module.read_text() == before  # no --apply: nothing written
+
+    applied = run_fleet(books.env, "doctor", "books", "--apply")
+    assert applied.returncode == 0 and "applied to" in applied.stdout, applied.stdout + applied.stderr
+    after = books.module.read_text()
+    assert after != before and ".item-code" in after and "table#books tr.book" not in after
+    again = run_fleet(books.env, "doctor", "books")  # the fixed scraper reads today's page; its fixture is old
+    assert "table#books tr.book" not in again.stdout, again.stdout
+
+
+@pytest.mark.parametrize("mode,fixed", [("moved_table", '"tr.book"'), ("changed_attribute", '"tr.book"')])
+def test_moved_table_and_changed_attribute(books, mode, fixed):
+    books.site.set_mode("books", mode)
+    res = run_fleet(books.env, "doctor", "books")
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "table#books tr.book         24     0  broken" in res.stdout
+    assert ".isbn                       24    24  ok" in res.stdout  # the cells' classes still match
+    assert f"+        for row in await page.locator({fixed})" in res.stdout
+    assert "24 rows (last week 24)" in res.stdout and "the proposal passes" in res.stdout
+
+
+def test_data_really_gone_gets_no_replacement_and_no_edit(books):
+    books.site.set_mode("books", "data_gone")  # other items, other classes: none of last week's values
+    before = books.module.read_text()
+    res = run_fleet(books.env, "doctor", "books", "--apply")
+    assert res.returncode == 1, res.stdout + res.stderr
+    assert "no replacement found for table#books tr.book: 0 of 24 of last week's rows found" in res.stdout
+    assert "+++" not in res.stdout  # no diff proposed
+    assert books.module.read_text() == before
