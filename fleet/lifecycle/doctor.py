@@ -3,7 +3,7 @@
 1. Last good week: the source's recorded fixture (``fixtures/NAME.har.zip``), replayed through the engine for its
    rows; today: the source's own site, scraped live through the engine for the fixture's week (same week, same
    values: only the markup may differ) and recorded into a HAR. No other network is used.
-2. Every locator the scraper names (fleet/lifecycle/locators.py) is counted on last week's pages and today's, offline
+2. Every locator the scraper names (fleet/scraping/locators.py) is counted on last week's pages and today's, offline
    from the two HARs (fleet/lifecycle/repair.py): matched then, matched now.
 3. For each row locator with a broken part, today's page is searched for the elements holding last week's values,
    and the simplest selectors that pick exactly those are proposed, as a unified diff of the module.
@@ -21,7 +21,8 @@ from pathlib import Path
 
 from fleet import config
 from fleet.engine.spec import Trial
-from fleet.lifecycle import fixtures, locators, repair
+from fleet.lifecycle import fixtures, repair
+from fleet.scraping import locators
 from fleet.lifecycle.replay import attempt
 from fleet.scraping.discovery import Source
 from fleet.storage import provenance
