@@ -20,6 +20,7 @@ import tempfile
 from pathlib import Path
 
 from fleet import config
+from fleet.errors import FleetError
 from fleet.engine.spec import Trial
 from fleet.lifecycle import fixtures, repair
 from fleet.scraping import locators
@@ -140,7 +141,14 @@ def doctor(source: Source, apply: bool, echo) -> int:
     ``apply`` and a proposal that passed."""
     meta = fixtures.load(source)  # a FleetError naming the file when there is no fixture
     har, week = fixtures.har_path(source), meta["week"]
-    used = locators.parse(source.module_path)
+    try:
+        used = locators.parse(source.module_path)
+    except SyntaxError as exc:
+        raise FleetError(f"source {source.name}: {source.module_path} does not parse ({exc.msg}, line {exc.lineno}); "
+                         f"fleet doctor repairs locators, not Python") from None
+    if not used.rows:
+        raise FleetError(f"source {source.name}: {source.module_path} has no row locator fleet doctor can read "
+                         f"(a page.locator(\"...\").evaluate_all(JS) whose JS reads fields with querySelector)")
     env = {"FLEET_DEMO_URL": meta["demo_url"]} if meta.get("demo_url") else {}
     with tempfile.TemporaryDirectory(prefix="fleet-doctor-") as tmp:
         tmp = Path(tmp)
@@ -185,7 +193,12 @@ def doctor(source: Source, apply: bool, echo) -> int:
                  + ("" if p["exact"] else " (the selector also picks rows of the same shape that are new)"))
         if stray:
             return 1
-        text = locators.patch(source.module_path, rows_new, fields_new)
+        try:
+            text = locators.patch(source.module_path, rows_new, fields_new)
+        except SyntaxError:  # e.g. a selector's quotes inside the module's own string of the same quotes
+            echo(f"no replacement found that fits: the proposed selectors {sorted(rows_new.values())} "
+                 f"{sorted(fields_new.values())} cannot be written into {source.module_path.name}'s strings")
+            return 1
         echo(locators.diff(source.module_path, text).rstrip("\n"))
         (trial_dir := _scratch(tmp, "proposal")).chmod(0o755)
         module = trial_dir / source.module_path.name

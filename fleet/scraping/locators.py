@@ -112,8 +112,10 @@ def parse(path: Path) -> Used:
 
 def patch(path: Path, rows: dict[str, str], fields: dict[tuple[str, str], str]) -> str:
     """The module's source with the row locators ``rows`` (old -> new selector) and the value fields ``fields``
-    ((field, old sub-selector) -> new) replaced: each string literal equal to an old row selector, and each
-    ``field: r.querySelector('old')`` of a JavaScript string. Everything else is left as it is."""
+    ((field, old sub-selector) -> new) replaced: each string literal equal to an old row selector and each
+    ``document.querySelector(All)('old')`` of a JavaScript string, and each ``field: r.querySelector('old')``.
+    Everything else is left as it is. (A new selector holding the quote its JavaScript string uses is not made:
+    fleet/lifecycle/repair.py quotes attribute values with double quotes.)"""
     source = Path(path).read_text(encoding="utf-8")
     lines = source.splitlines(keepends=True)
     spans = []
@@ -125,6 +127,9 @@ def patch(path: Path, rows: dict[str, str], fields: dict[tuple[str, str], str]) 
         raw = lines[line].encode("utf-8")
         lines[line] = (raw[:start] + json.dumps(new).encode("utf-8") + raw[end:]).decode("utf-8")
     text = "".join(lines)
+    for old, new in rows.items():  # the same selector inside JavaScript: document.querySelectorAll('#jobs tr.job')
+        pattern = re.compile(r"(document\.querySelector(?:All)?\(\s*)(['\"])" + re.escape(old) + r"\2")
+        text = pattern.sub(lambda m: f"{m.group(1)}{m.group(2)}{new}{m.group(2)}", text)
     for (field, old), new in fields.items():
         pattern = re.compile(r"(\b" + re.escape(field) + r"\s*:\s*\w+\.querySelector\(\s*)(['\"])" + re.escape(old) + r"\2")
         text = pattern.sub(lambda m: f"{m.group(1)}{m.group(2)}{new}{m.group(2)}", text)
