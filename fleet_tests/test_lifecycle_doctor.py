@@ -64,3 +64,32 @@ def test_moved_table_and_changed_attribute_fixed_and_data_really_gone_never(book
     assert "no replacement found for table#books tr.book: 0 of 24 of last week's rows found" in res.stdout
     assert "+++" not in res.stdout  # no diff proposed
     assert books.module.read_text() == before
+
+
+def test_without_a_fixture_last_weeks_stored_rows_are_looked_for(fleet_env, monkeypatch):
+    """No fixture: the newest week whose rows the store holds, its parsed values (a price as a number) found on
+    today's page."""
+    import dataclasses
+
+    from fleet.engine.runner import EngineSettings, run_source
+    from fleet.scraping.discovery import discover
+    from fleet.storage.store import LocalArtifactStore
+
+    scrapers = fleet_env.tmp / "scrapers"
+    scrapers.mkdir()
+    shutil.copy(ROOT / "scrapers" / "books.py", scrapers / "books.py")
+    with DemoSites(latency_ms=0) as site:
+        monkeypatch.setenv("FLEET_HOME", str(fleet_env.home))
+        monkeypatch.setenv("FLEET_DEMO_URL", site.url)
+        source = {s.name: s for s in discover([scrapers])}["books"]
+        settings = dataclasses.replace(EngineSettings.from_env(), browser_hosts="fresh")
+        out = run_source(source, "2026-11-16", store=LocalArtifactStore(fleet_env.home / "artifacts"), run_id="t",
+                         settings=settings)
+        assert (out.status, out.rows) == ("ok", 24), out
+        site.set_mode("books", "renamed_classes")
+        fleet_env.env.update(FLEET_SCRAPERS_DIR=str(scrapers), FLEET_DEMO_URL=site.url)
+        res = run_fleet(fleet_env.env, "doctor", "books")
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "last good week 2026-11-16 (its stored rows; no fixture): 24 rows" in res.stdout
+    assert "+  price: r.querySelector('.item-cost')" in res.stdout and "24 rows (last week 24)" in res.stdout
+    assert "the proposal passes" in res.stdout

@@ -1,8 +1,10 @@
 """`fleet doctor NAME`: for a source whose locators stopped matching, say which, and propose a tested replacement.
 
 1. Last good week: the source's recorded fixture (``fixtures/NAME.har.zip``), replayed through the engine for its
-   rows; today: the source's own site, scraped live through the engine for the fixture's week (same week, same
-   values: only the markup may differ) and recorded into a HAR. No other network is used.
+   rows and pages; failing that, the newest week whose rows the artifact store holds (its pages are not kept: its
+   parsed values are looked for, a number as the number a page's text holds). Today: the source's own site,
+   scraped live through the engine for that same week (same values: only the markup may differ) and recorded
+   into a HAR. No other network is used.
 2. Every locator the scraper names (fleet/scraping/locators.py) is counted on last week's pages and today's, offline
    from the two HARs (fleet/lifecycle/repair.py): matched then, matched now.
 3. For each row locator with a broken part, today's page is searched for the elements holding last week's values,
@@ -43,15 +45,30 @@ class Examined:
 
 
 def broken(ex: Examined, selector: str) -> bool:
-    return bool(ex.then.get(selector)) and not ex.now.get(selector)
+    return _broke(ex.then, ex.now, selector)
 
 
-async def examine(old_har: Path, new_har: Path | None, used: locators.Used) -> Examined:
+def _broke(then: dict, now: dict, selector: str) -> bool:
+    """Matched last week (a count; "?" when last week's page is not kept) and not today."""
+    return isinstance(then.get(selector), int) and then[selector] > 0 and not now.get(selector)
+
+
+async def examine(old_har: Path | None, new_har: Path | None, used: locators.Used,
+                  stored: list[dict] | None = None) -> Examined:
+    """The locators' matches on last week's pages (``old_har``; without one, ``stored`` are last week's rows from
+    the store, and only the row locators are known to have matched) and today's, and a proposal per row locator."""
     from fleet.engine.attempt import open_browser
 
     selectors = list(dict.fromkeys(used.selectors + used.sub_selectors()))
-    then, now = {s: 0 for s in selectors}, {s: 0 for s in selectors}
-    values: dict[str, tuple[str, list[dict]]] = {}  # row selector -> (its page, last week's values there)
+    then, now = {s: 0 if old_har else "?" for s in selectors}, {s: 0 for s in selectors}
+    # row selector -> (its page, last week's values there); from the store: on whichever page of today's
+    values: dict[str, tuple[str, list[dict]]] = {}
+    if old_har is None:
+        for row in used.rows:  # its rows matched the row locator; a field filled in N rows matched N times
+            then[row.selector] = len(stored or [])
+            then.update({sub: sum(r.get(f) is not None for r in stored or []) for f, sub in row.fields.items()
+                         if any(f in r for r in stored or [])})
+            values[row.selector] = ("", [{f: r.get(f) for f in row.fields} for r in stored or []])
     proposals: dict[str, dict] = {}
     async with open_browser(config.chromium_path()) as own:
         for har, counts, old in ((old_har, then, True), (new_har, now, False)):
@@ -70,8 +87,8 @@ async def examine(old_har: Path, new_har: Path | None, used: locators.Used) -> E
                         continue
                     for row in used.rows:  # repaired on today's version of the page its values came from
                         want = values.get(row.selector)
-                        if want and row.selector not in proposals and needs_repair(then, now, row) is not False \
-                                and (repair.page_id(url) == want[0] or i == len(urls) - 1):
+                        if want and row.selector not in proposals and (repair.page_id(url) == want[0]
+                                                                       or i == len(urls) - 1):
                             proposals[row.selector] = await repair.propose(page, want[1], row.selector, row.fields,
                                                                            MIN_SHARE)
                 finally:
@@ -89,7 +106,7 @@ def _row(used: locators.Used, selector: str) -> locators.RowLocator:
 
 def needs_repair(then: dict, now: dict, row: locators.RowLocator) -> bool:
     parts = [row.selector, *row.fields.values(), *row.other_fields.values()]
-    return any(bool(then.get(s)) and not now.get(s) for s in parts)
+    return any(_broke(then, now, s) for s in parts)
 
 
 def _frame(scratch: Path, week: str, got: dict):
@@ -135,12 +152,41 @@ def side_by_side(last, new, key: tuple[str, ...], echo) -> None:
                  f"{other.get(c, '(missing)') if other else '(missing)'}")
 
 
+def _from_fixture(source: Source, tmp: Path, echo):
+    """Last good week from the source's fixture: its week, its rows (replayed through the engine), its HAR."""
+    meta = fixtures.load(source)  # a FleetError naming the file when the fixture is unreadable
+    har, week = fixtures.har_path(source), meta["week"]
+    env = {"FLEET_DEMO_URL": meta["demo_url"]} if meta.get("demo_url") else {}
+    last_dir = _scratch(tmp, "last")
+    got = attempt(source, week, last_dir, Trial(replay_har=har, env=env))
+    last = _frame(last_dir, week, got)
+    if got["error"] or last is None or last.height == 0:
+        echo(f"fleet doctor {source.name}: its fixture {har} gives no rows ({got['error'] or 'none'}); "
+             f"re-record it from a good week with `fleet record {source.name}`")
+        return None
+    return week, last, har, f"fixture {har.name}"
+
+
+def _from_store(source: Source):
+    """Last good week from the artifact store (no fixture): the newest week whose rows the source stored; its
+    pages are not kept, so only its row locators are known to have matched, and its parsed values are looked for."""
+    from fleet.storage.open import host_store
+
+    store = host_store()
+    for week in sorted(store.weeks(), reverse=True):
+        rec, _ = keys.consolidated_outcome(store, week, source.name)
+        if rec and rec.get("status") in ("ok", "partial"):
+            frame = store.read_parquet(week, keys.rows_key(rec)).drop(provenance.COLUMNS, strict=False)
+            if frame.height:
+                return week, frame, None, "its stored rows; no fixture"
+    raise FleetError(f"source {source.name}: no fixture ({fixtures.har_path(source)}) and no week with its rows in "
+                     f"the store: nothing to compare today's page with; record one with `fleet record {source.name}`")
+
+
 def doctor(source: Source, apply: bool, echo) -> int:
     """The doctor's report on ``source``; 0 when nothing is broken or a passing proposal was found (and applied
     with ``apply``), 1 when a broken locator got no replacement that passes. The module changes only with
     ``apply`` and a proposal that passed."""
-    meta = fixtures.load(source)  # a FleetError naming the file when there is no fixture
-    har, week = fixtures.har_path(source), meta["week"]
     try:
         used = locators.parse(source.module_path)
     except SyntaxError as exc:
@@ -149,28 +195,26 @@ def doctor(source: Source, apply: bool, echo) -> int:
     if not used.rows:
         raise FleetError(f"source {source.name}: {source.module_path} has no row locator fleet doctor can read "
                          f"(a page.locator(\"...\").evaluate_all(JS) whose JS reads fields with querySelector)")
-    env = {"FLEET_DEMO_URL": meta["demo_url"]} if meta.get("demo_url") else {}
     with tempfile.TemporaryDirectory(prefix="fleet-doctor-") as tmp:
         tmp = Path(tmp)
         tmp.chmod(0o711)  # the sandbox's user reaches its attempts' folders in it
-        last_dir, today_dir = _scratch(tmp, "last"), _scratch(tmp, "today")
-        last_got = attempt(source, week, last_dir, Trial(replay_har=har, env=env))
-        last = _frame(last_dir, week, last_got)
-        if last_got["error"] or last is None or last.height == 0:
-            echo(f"fleet doctor {source.name}: its fixture {har} gives no rows "
-                 f"({last_got['error'] or 'none'}); re-record it from a good week with `fleet record {source.name}`")
+        today_dir = _scratch(tmp, "today")
+        found = _from_fixture(source, tmp, echo) if fixtures.has_fixture(source) else _from_store(source)
+        if found is None:
             return 1
+        week, last, har, label = found
         (today_dir / "har").mkdir()
         today_har = today_dir / "har" / "today.har.zip"
         now_got = attempt(source, week, today_dir, Trial(record_har=today_har))
-        echo(f"fleet doctor {source.name}: last good week {week} (fixture {har.name}): {last.height} rows; "
+        echo(f"fleet doctor {source.name}: last good week {week} ({label}): {last.height} rows; "
              f"today's page, live, same week: {now_got['rows']} rows ({now_got['status']}"
              f"{': ' + now_got['error'].splitlines()[0] if now_got['error'] else ''})")
-        ex = asyncio.run(examine(har, today_har, used))
+        ex = asyncio.run(examine(har, today_har, used, None if har else last.to_dicts()))
         w = max([24, *(len(s) for s in ex.then)])
         echo(f"  {'locator':<{w}} {'then':>5} {'now':>5}")
         for s in ex.then:
-            state = "broken" if broken(ex, s) else "never matched" if not ex.then[s] else "ok"
+            state = ("broken" if broken(ex, s) else "not known then" if ex.then[s] == "?" else
+                     "never matched" if not ex.then[s] else "ok")
             show = lambda n: "bad" if n is None else str(n)  # noqa: E731
             echo(f"  {s:<{w}} {show(ex.then[s]):>5} {show(ex.now[s]):>5}  {state}")
         rows_of = {s for r in used.rows for s in (r.selector, *r.fields.values(), *r.other_fields.values())}

@@ -19,23 +19,26 @@ OLD_VALUES_JS = """(rows, fields) => rows.map(r => Object.fromEntries(fields.map
 # lowest common ancestor of its unambiguous values (at least two); then, for the rows found, the simplest selector
 # of each field relative to its row, and of the rows themselves, that select exactly those elements.
 PROPOSE_JS = """({rows, fields, minShare, oldRow, oldFields}) => {
-  const norm = s => (s ?? '').replace(/\\s+/g, ' ').trim();
+  const norm = s => String(s ?? '').replace(/\\s+/g, ' ').trim();
   const skip = new Set(['SCRIPT', 'STYLE', 'NOSCRIPT', 'TEMPLATE', 'HEAD']);
-  const index = new Map();
+  // a value as the page shows it; a number (a stored row's, already parsed) as the number its text holds
+  const index = new Map(), numbers = new Map();
+  const add = (map, k, el) => { if (!map.has(k)) map.set(k, []); map.get(k).push(el); };
   for (const el of document.body.querySelectorAll('*')) {
     if (skip.has(el.tagName)) continue;
     const t = norm(el.textContent);
     if (!t || t.length > 300 || Array.from(el.children).some(c => norm(c.textContent) === t)) continue;
-    if (!index.has(t)) index.set(t, []);
-    index.get(t).push(el);
+    add(index, t, el);
+    const n = t.length < 40 && /\\d/.test(t) ? Number(t.replace(/[^0-9.\\-]/g, '')) : NaN;
+    if (Number.isFinite(n)) add(numbers, String(n), el);
   }
+  const lookup = v => typeof v === 'number' ? (numbers.get(String(v)) || []) : (norm(v) ? (index.get(norm(v)) || []) : []);
   const lca = els => { let a = els[0]; while (a && !els.every(e => a.contains(e))) a = a.parentElement; return a; };
   let found = [];
   for (const r of rows) {
     const unique = {}, several = {};
     for (const f of fields) {
-      const v = norm(r[f]);
-      const c = v ? (index.get(v) || []) : [];
+      const c = lookup(r[f]);
       if (c.length === 1) unique[f] = c[0]; else if (c.length > 1) several[f] = c;
     }
     if (Object.keys(unique).length < 2) continue;
