@@ -3,15 +3,15 @@ week, and a WARN check when it moved since the last week that has one, while row
 
 A *region* is, for each locator the scraper module names (fleet/scraping/locators.py: its ``page.locator``,
 ``fill``, ``click``... literals, not the row-relative sub-selectors), the nearest container of the locator's first
-match: the element itself or its closest ``table``, list, ``form``, ``main``, ``section``, ``nav``, ``article``
-(``CONTAINER``). The choice is deterministic and independent of the data: the region is where the scraper's rows
+match: its closest ``table``, list, ``form``, ``main``, ``section``, ``nav`` or ``article``, or the element itself
+(``REGIONS_JS``). The choice is deterministic and independent of the data: the region is where the scraper's rows
 live, and a redesign that keeps the rows coming moves exactly that. It is taken once per page the rows come from
-(a page: its URL's path and query, a date in the query counting as any date), when the first row of that page is
-yielded, by Playwright's public ``Locator.aria_snapshot()``, and stored reduced to its *structure*: the role paths
-of its nodes (``table/rowgroup/row/cell``: a set, so the number of rows does not count), the names of labelling
-roles (column headers, headings, captions, buttons, landmarks, fields' labels), and the landmarks around it. Cell,
-row, list item, link and text contents are data and never compared. A snapshot that fails is left out; it never
-fails the attempt.
+(a page: its URL's path and its query's names, ``page_key``), when the first row of that page is yielded, by
+Playwright's public ``Locator.aria_snapshot()``, one call per region, and stored reduced to its *structure*: the
+role paths of its nodes (``table/rowgroup/row/cell``: a set, so the number of rows does not count), the names of
+labelling roles (column headers, headings, captions, buttons, landmarks, fields' labels), and the landmarks around
+it. Cell, row, list item, link and text contents are data and never compared. A snapshot that fails is left out; it
+never fails the attempt.
 """
 from __future__ import annotations
 
@@ -26,19 +26,35 @@ from urllib.parse import parse_qsl, urlsplit
 from fleet.quality.checks import CheckOutcome
 from fleet.storage import store as keys
 
-CONTAINER = ("xpath=ancestor-or-self::*[self::table or self::ul or self::ol or self::dl or self::form or self::main "
-             "or self::section or self::nav or self::article][1]")
-LANDMARKS_JS = """el => {
+# For each selector, in one call: the CSS path of its first match's container (``CONTAINER_TAGS``) and the landmarks
+# around it; null for a selector that matches nothing, or that is not CSS (a Playwright-only one: left out).
+REGIONS_JS = """selectors => {
+  const containers = new Set(['TABLE', 'UL', 'OL', 'DL', 'FORM', 'MAIN', 'SECTION', 'NAV', 'ARTICLE']);
   const roles = {MAIN: 'main', NAV: 'navigation', HEADER: 'banner', FOOTER: 'contentinfo', ASIDE: 'complementary',
                  FORM: 'form', ARTICLE: 'article', SECTION: 'region'};
-  const out = [];
-  for (let a = el.parentElement; a && a !== document.body; a = a.parentElement) {
-    const role = a.getAttribute('role') || roles[a.tagName];
-    if (!role) continue;
-    const name = a.getAttribute('aria-label') || '';
-    out.unshift(role + (name ? ` "${name}"` : ''));
-  }
-  return out;
+  const path = el => {
+    const parts = [];
+    for (let e = el; e && e.parentElement; e = e.parentElement) {
+      const same = Array.from(e.parentElement.children).filter(c => c.tagName === e.tagName);
+      parts.unshift(`${e.tagName.toLowerCase()}:nth-of-type(${same.indexOf(e) + 1})`);
+    }
+    return 'html > ' + parts.join(' > ');
+  };
+  return selectors.map(sel => {
+    let el;
+    try { el = document.querySelector(sel); } catch (e) { return null; }
+    if (!el) return null;
+    let region = el;
+    while (region.parentElement && !containers.has(region.tagName)) region = region.parentElement;
+    if (!containers.has(region.tagName)) region = el;
+    const landmarks = [];
+    for (let a = region.parentElement; a && a !== document.body; a = a.parentElement) {
+      const role = a.getAttribute('role') || roles[a.tagName];
+      const name = a.getAttribute('aria-label') || '';
+      if (role) landmarks.unshift(role + (name ? ` "${name}"` : ''));
+    }
+    return [path(region), landmarks];
+  });
 }"""
 # roles whose name labels the structure; any other role's name or text is data (a cell, a row, a link, ...)
 LABEL_ROLES = frozenset({
@@ -49,7 +65,6 @@ LABEL_ROLES = frozenset({
 TEXT_NAMED = frozenset({"caption", "heading", "columnheader", "rowheader", "button", "term"})  # their text names them
 LINE_RE = re.compile(r'^(?P<indent>\s*)- (?P<role>[a-z]+)?(?: "(?P<name>(?:[^"\\]|\\.)*)")?(?P<attrs>(?: \[[^\]]*\])*)'
                      r'(?::(?: (?P<value>.*))?)?$')
-DATE_RE = re.compile(r"\d{4}-\d{2}-\d{2}")
 MAX_PAGES = 10          # pages per attempt whose regions are kept
 SNAPSHOT_TIMEOUT_MS = 2_000
 WARN_SHARE = 0.2        # the share of the structure that changed above which the check warns
@@ -57,9 +72,11 @@ SHOWN = 6               # changes named per region in the message
 
 
 def page_key(url: str) -> str:
+    """A page as a template: its path and its query's names (``/catalog?page=*&week=*``): the pages of one listing,
+    or of one search, share their markup, and are taken once per attempt."""
     parts = urlsplit(url)
-    query = "&".join(f"{k}={'*' if DATE_RE.fullmatch(v) else v}" for k, v in parse_qsl(parts.query))
-    return parts.path + (f"?{query}" if query else "")
+    names = sorted(dict.fromkeys(k for k, _ in parse_qsl(parts.query, keep_blank_values=True)))
+    return parts.path + (f"?{'&'.join(f'{k}=*' for k in names)}" if names else "")
 
 
 def structure(aria: str) -> list[str]:
@@ -98,17 +115,20 @@ class Snapshots:
         if stamp == self.stamp or not self.selectors or len(self.taken) >= MAX_PAGES:
             return
         self.stamp = stamp
+        key = page_key(page.url)
+        if key in self.taken:
+            return
         with contextlib.suppress(Exception):
-            key, regions = page_key(page.url), {}
-            for sel in self.selectors:
-                found = page.locator(sel)
-                if not await found.count():
+            regions, seen = {}, {}
+            found = await page.evaluate(REGIONS_JS, self.selectors)
+            for sel, hit in zip(self.selectors, found):
+                if hit is None:
                     continue
-                region = found.first.locator(CONTAINER)
-                region = region if await region.count() else found.first
-                aria = await region.aria_snapshot(timeout=SNAPSHOT_TIMEOUT_MS)
-                landmarks = await region.evaluate(LANDMARKS_JS)
-                regions[sel] = structure(aria) + [f"landmark {x}" for x in landmarks]
+                where, landmarks = hit
+                if where not in seen:  # one snapshot per region, however many of its locators it holds
+                    aria = await page.locator(where).aria_snapshot(timeout=SNAPSHOT_TIMEOUT_MS)
+                    seen[where] = structure(aria) + [f"landmark {x}" for x in landmarks]
+                regions[sel] = seen[where]
             self.taken.setdefault(key, regions)
 
     def save(self) -> None:
