@@ -241,8 +241,9 @@ def canary(names):
 @click.argument("name")
 @click.option("--apply", is_flag=True, help="Write the proposal into the scraper's module, if it passed.")
 def doctor(name, apply):
-    """For NAME's locators that stopped matching, propose replacements from its last good week (its fixture) and
-    test them against today's page. Exit 0: nothing broken, or a proposal passed; 1: no replacement found; 2: usage."""
+    """For NAME's locators that stopped matching, propose replacements from its last good week (its fixture, or
+    failing that its stored rows) and test them against today's page. Exit 0: nothing broken, or a proposal passed;
+    1: no replacement found; 2: usage."""
     sys.exit(lifecycle.doctor(name, apply))
 
 
