@@ -93,3 +93,19 @@ def test_without_a_fixture_last_weeks_stored_rows_are_looked_for(fleet_env, monk
     assert "last good week 2026-11-16 (its stored rows; no fixture): 24 rows" in res.stdout
     assert "+  price: r.querySelector('.item-cost')" in res.stdout and "24 rows (last week 24)" in res.stdout
     assert "the proposal passes" in res.stdout
+
+
+def test_a_class_renamed_in_most_rows_of_a_paginated_list_is_broken_and_repaired(fleet_env):
+    """The catalog's bundled fixture (5 pages of a list); today its price class is renamed in 9 rows of 10."""
+    scrapers = fleet_env.tmp / "scrapers"
+    (scrapers / "fixtures").mkdir(parents=True)
+    for name in ("catalog.py", "fixtures/catalog.har.zip", "fixtures/catalog.fixture.json"):
+        shutil.copy(ROOT / "scrapers" / name, scrapers / name)
+    with DemoSites(latency_ms=0) as site:
+        site.set_mode("catalog", "selector_rot")
+        fleet_env.env.update(FLEET_SCRAPERS_DIR=str(scrapers), FLEET_DEMO_URL=site.url)
+        res = run_fleet(fleet_env.env, "doctor", "catalog")
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert ".price                       8     1  broken" in res.stdout and "#products li.product         8     8  ok" in res.stdout
+    assert "+  price: li.querySelector('span:nth-of-type(4)')" in res.stdout
+    assert "40 rows (last week 40)" in res.stdout and "the proposal passes" in res.stdout

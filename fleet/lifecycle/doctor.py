@@ -49,8 +49,10 @@ def broken(ex: Examined, selector: str) -> bool:
 
 
 def _broke(then: dict, now: dict, selector: str) -> bool:
-    """Matched last week (a count; "?" when last week's page is not kept) and not today."""
-    return isinstance(then.get(selector), int) and then[selector] > 0 and not now.get(selector)
+    """Matched last week (a count; "?" when last week's page is not kept) and not today, or on under half as many
+    elements (the same week's page: as many rows as then; a class renamed in most rows is broken too)."""
+    before, after = then.get(selector), now.get(selector) or 0
+    return isinstance(before, int) and before > 0 and after < before * MIN_SHARE
 
 
 async def examine(old_har: Path | None, new_har: Path | None, used: locators.Used,
