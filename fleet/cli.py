@@ -1,5 +1,5 @@
 """``fleet``: run a week, the demo, the UI, status, re-commit from stored artifacts, and a scraper's life cycle (new,
-test, record, smoke, canary, unquarantine). Each command parses its options, calls one function of the layer that
+test, record, smoke, canary, unquarantine, doctor). Each command parses its options, calls one function of the layer that
 does the work, and exits with what it returns; the week driver is fleet/defs/week.py."""
 from __future__ import annotations
 
@@ -238,6 +238,16 @@ def canary(names):
     """One live page per source (or NAMES), through each scraper's first navigation and first rows; nothing is
     committed. A source that starts failing raises one alert. Exit 0: all pass; 1: some failed; 2: usage error."""
     sys.exit(lifecycle.canary(names))
+
+
+@main.command()
+@click.argument("name")
+@click.option("--apply", is_flag=True, help="Write the proposal into the scraper's module, if it passed.")
+def doctor(name, apply):
+    """For NAME's locators that stopped matching, propose replacements from its last good week (its fixture, or
+    failing that its stored rows) and test them against today's page. Exit 0: nothing broken, or a proposal passed;
+    1: no replacement found; 2: usage."""
+    sys.exit(lifecycle.doctor(name, apply))
 
 
 if __name__ == "__main__":

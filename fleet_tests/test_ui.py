@@ -39,7 +39,7 @@ SOURCE_FILES = [SCRAPERS / "books.py", SCRAPERS / "stocks.py",
                 ROOT / "fleet_tests" / "scrapers_ui" / "hostile_page.py"]  # raises on a page that runs script
 SOURCES = sorted(p.stem for p in SOURCE_FILES)
 FAILING = ["broken_selector", "hang_async", "hostile_page"]
-CHECKS = ["non_empty", "volume", "coverage", "schema"]
+CHECKS = ["non_empty", "volume", "coverage", "schema", "structure"]
 PUBLISH = ["consolidated_raw_rows", "raw_commit", "post_processed", "processed_commit"]
 TIMEOUT_MS = 90_000
 WEEK_TIMEOUT_S = 300

@@ -10,7 +10,7 @@ from http.server import BaseHTTPRequestHandler
 from typing import TYPE_CHECKING
 from urllib.parse import parse_qs, urlsplit
 
-from fleet.demo import crawl, walls
+from fleet.demo import changes, crawl, walls
 from fleet.demo.data import (CATALOG_PAGE_SIZE, FLAKY_FAILURES, JOBS_BATCH, SITES, apply_volume, books_rows,
                              catalog_rows, flaky_rows, jobs_rows, parts_search, rot_class, shops_rows, stocks_rows)
 from fleet.weeks import current_week
@@ -156,7 +156,8 @@ class Handler(BaseHTTPRequestHandler):
         if path == "/books":
             m = modes.get("books", "normal")
             rows = apply_volume(books_rows(week), m)
-            table = _table("books", m, rows, ["isbn", "title", "price"], "book", "books", {"price": lambda p: f"£{p:.2f}"})
+            table = (changes.books_table(rows, m) if m in changes.CHANGE_MODES else
+                     _table("books", m, rows, ["isbn", "title", "price"], "book", "books", {"price": lambda p: f"£{p:.2f}"}))
             return self._send(200, _page(f"Books, week {wk}", table))
         if path == "/catalog":
             m = modes.get("catalog", "normal")

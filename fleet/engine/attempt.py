@@ -178,6 +178,8 @@ async def scrape(own: OwnBrowser, spec: dict) -> dict:
         imported = False
         first_rows = spec.get("first_rows")
         config.export(**(spec.get("env") or {}))  # a fixture's own settings (its demo site's URL), before the import
+        from fleet.quality.structure import Snapshots, take as snapshot  # the regions its rows come from (#46)
+        shots = Snapshots(source.module_path, spec.get("structure_path"))
 
         async def consume():
             nonlocal count, imported
@@ -202,9 +204,11 @@ async def scrape(own: OwnBrowser, spec: dict) -> dict:
                         spool.write(encode_row({**clean, **stamp}) + "\n")
                         spool.flush()
                         count += 1
+                        await snapshot(shots, page, fetched[0])  # once a page; bounded, never fails the attempt
                         if first_rows and count >= first_rows:  # a canary: the first page's first rows are enough
                             break
                     ctx.rows_stored()  # the scrape ended: the last page's rows are all in the spool
+                    shots.save()
                 except (SystemExit, KeyboardInterrupt) as exc:
                     # The scraper's own (no Ctrl-C reaches a process in a session of its own). Left to asyncio, it
                     # would end the process, and the source fail as infra, retried, without evidence.

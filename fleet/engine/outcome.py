@@ -14,6 +14,7 @@ from fleet.engine.supervise import Supervised
 from fleet.storage import provenance
 from fleet.storage import store as keys
 from fleet.storage.frames import build_frame, read_spool
+from fleet.quality import structure
 from fleet.storage.store import ArtifactStore
 
 
@@ -144,6 +145,7 @@ def finish(source: Source, week: str, store: ArtifactStore, run_id: str, attempt
                 # under this attempt's own key: a later failed attempt leaves them in place (consolidation still
                 # takes them, by their outcome), and a late write of an earlier attempt never replaces them
                 store.write_parquet(week, keys.raw_key(source.name, attempt), frame)
+                structure.keep(store, week, source.name, work / f"structure-{attempt}.json")
                 out.rows = frame.height
                 if out.status in ("ok", "empty"):  # of the week's merged rows, not of this attempt's alone
                     out.status = "ok" if frame.height else "empty"

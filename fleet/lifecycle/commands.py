@@ -1,4 +1,4 @@
-"""What a scraper's life-cycle commands do (`fleet new`, `test`, `record`, `smoke`, `canary`, `unquarantine`):
+"""What a scraper's life-cycle commands do (`fleet new`, `test`, `record`, `smoke`, `canary`, `unquarantine`, `doctor`):
 each takes the parsed options, prints its lines and returns the exit code (0: all pass, 1: some failed)."""
 from __future__ import annotations
 
@@ -89,3 +89,13 @@ def unquarantine(name: str, echo=click.echo) -> int:
     quarantine.lift(store, name, by="fleet unquarantine")
     echo(f"fleet: lifted the quarantine of {name} (failed weeks {', '.join(q.weeks)}); the next run scrapes it")
     return EXIT_OK
+
+
+def doctor(name: str, apply: bool, echo=click.echo) -> int:
+    from fleet.lifecycle.doctor import doctor as examine
+    from fleet.lifecycle.replay import demo_sites_if_bundled, select
+
+    chromium_path()
+    (source,), _ = select(scraper_dirs(), (name,))
+    with demo_sites_if_bundled():
+        return examine(source, apply, echo)

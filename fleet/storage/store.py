@@ -352,6 +352,11 @@ def spool_key(source: str) -> str:
     return f"work/{source}"
 
 
+def structure_key(source: str) -> str:
+    """The week's aria structure of the regions the source's scraper reads (fleet/quality/structure.py)."""
+    return f"raw/{source}.structure.json"
+
+
 CONSOLIDATED_KEY = "consolidated_raw_rows.parquet"
 CONSOLIDATED_META_KEY = "consolidated_raw_rows.json"
 PROCESSED_KEY = "post_processed.parquet"

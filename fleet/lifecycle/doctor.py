@@ -1,0 +1,270 @@
+"""`fleet doctor NAME`: for a source whose locators stopped matching, say which, and propose a tested replacement.
+
+1. Last good week: the source's recorded fixture (``fixtures/NAME.har.zip``), replayed through the engine for its
+   rows and pages; failing that, the newest week whose rows the artifact store holds (its pages are not kept: its
+   parsed values are looked for, a number as the number a page's text holds). Today: the source's own site,
+   scraped live through the engine for that same week (same values: only the markup may differ) and recorded
+   into a HAR. No other network is used.
+2. Every locator the scraper names (fleet/scraping/locators.py) is counted on last week's pages and today's, offline
+   from the two HARs (fleet/lifecycle/repair.py): matched then, matched now.
+3. For each row locator with a broken part, today's page is searched for the elements holding last week's values,
+   and the simplest selectors that pick exactly those are proposed, as a unified diff of the module.
+4. The scraper, patched, runs through the engine against today's page; its rows are shown next to last week's. It
+   passes when it has no error and finds last week's keys with their columns filled as last week.
+5. Only with ``--apply``, and only a proposal that passed, is written to the module (atomically).
+"""
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import os
+import tempfile
+from pathlib import Path
+
+from fleet import config
+from fleet.errors import FleetError
+from fleet.engine.spec import Trial
+from fleet.lifecycle import fixtures, repair
+from fleet.scraping import locators
+from fleet.lifecycle.replay import attempt
+from fleet.scraping.discovery import Source
+from fleet.storage import provenance
+from fleet.storage import store as keys
+from fleet.storage.store import LocalArtifactStore
+
+# A proposal needs this share of last week's rows found on today's page, and of their keys in its rows.
+MIN_SHARE = 0.5
+SHOWN_ROWS = 5
+
+
+@dataclasses.dataclass
+class Examined:
+    then: dict[str, int | None]                       # selector -> matches on last week's pages (the most on one)
+    now: dict[str, int | None]                        # selector -> matches on today's pages
+    proposals: dict[str, dict]                        # row selector -> repair.propose's answer
+
+
+def broken(ex: Examined, selector: str) -> bool:
+    return _broke(ex.then, ex.now, selector)
+
+
+def _broke(then: dict, now: dict, selector: str) -> bool:
+    """Matched last week (a count; "?" when last week's page is not kept) and not today, or on under half as many
+    elements (the same week's page: as many rows as then; a class renamed in most rows is broken too)."""
+    before, after = then.get(selector), now.get(selector) or 0
+    return isinstance(before, int) and before > 0 and after < before * MIN_SHARE
+
+
+async def examine(old_har: Path | None, new_har: Path | None, used: locators.Used,
+                  stored: list[dict] | None = None) -> Examined:
+    """The locators' matches on last week's pages (``old_har``; without one, ``stored`` are last week's rows from
+    the store, and only the row locators are known to have matched) and today's, and a proposal per row locator."""
+    from fleet.engine.attempt import open_browser
+
+    selectors = list(dict.fromkeys(used.selectors + used.sub_selectors()))
+    then, now = {s: 0 if old_har else "?" for s in selectors}, {s: 0 for s in selectors}
+    # row selector -> (its page, last week's values there); from the store: on whichever page of today's
+    values: dict[str, tuple[str, list[dict]]] = {}
+    if old_har is None:
+        for row in used.rows:  # its rows matched the row locator; a field filled in N rows matched N times
+            then[row.selector] = len(stored or [])
+            then.update({sub: sum(r.get(f) is not None for r in stored or []) for f, sub in row.fields.items()
+                         if any(f in r for r in stored or [])})
+            values[row.selector] = ("", [{f: r.get(f) for f in row.fields} for r in stored or []])
+    proposals: dict[str, dict] = {}
+    async with open_browser(config.chromium_path()) as own:
+        for har, counts, old in ((old_har, then, True), (new_har, now, False)):
+            urls = repair.documents(har) if har and har.exists() else []
+            for i, url in enumerate(urls):
+                context, page = await repair.open_har_page(own.browser, har, url)
+                try:
+                    for s in selectors:
+                        n = await repair.count(page, s)
+                        counts[s] = None if n is None else max(counts[s] or 0, n)
+                    for row in used.rows:
+                        if old and row.selector not in values and (await repair.count(page, row.selector) or 0):
+                            values[row.selector] = (repair.page_id(url), await repair.old_values(page, row.selector,
+                                                                                                row.fields))
+                    if old:
+                        continue
+                    for row in used.rows:  # repaired on today's version of the page its values came from
+                        want = values.get(row.selector)
+                        if want and row.selector not in proposals and (repair.page_id(url) == want[0]
+                                                                       or i == len(urls) - 1):
+                            proposals[row.selector] = await repair.propose(page, want[1], row.selector, row.fields,
+                                                                           MIN_SHARE)
+                finally:
+                    await context.close()
+    for row in used.rows:
+        if row.selector not in proposals and needs_repair(then, now, row):
+            proposals[row.selector] = {"error": "today's pages were not recorded (the scraper reached none)"
+                                       if not now or not any(now.values()) else "no values of last week to look for"}
+    return Examined(then, now, {s: p for s, p in proposals.items() if needs_repair(then, now, _row(used, s))})
+
+
+def _row(used: locators.Used, selector: str) -> locators.RowLocator:
+    return next(r for r in used.rows if r.selector == selector)
+
+
+def needs_repair(then: dict, now: dict, row: locators.RowLocator) -> bool:
+    parts = [row.selector, *row.fields.values(), *row.other_fields.values()]
+    return any(_broke(then, now, s) for s in parts)
+
+
+def _frame(scratch: Path, week: str, got: dict):
+    store = LocalArtifactStore(scratch / "store")
+    if not keys.rows_stored(store, week, got):
+        return None
+    return store.read_parquet(week, keys.raw_key(got["source"], got["attempt"])).drop(provenance.COLUMNS, strict=False)
+
+
+def _scratch(tmp: Path, name: str) -> Path:
+    (folder := tmp / name).mkdir()
+    return folder
+
+
+def verdict(last, got: dict, new, key: tuple[str, ...]) -> list[str]:
+    """Why the patched scraper's rows ``new`` do not stand for last week's ``last`` (empty: they do)."""
+    if got["error"]:
+        return [got["error"]]
+    if new is None or new.height == 0:
+        return ["no rows"]
+    problems = []
+    old_keys = {tuple(r) for r in last.select(key).iter_rows()}
+    share = len(old_keys & {tuple(r) for r in new.select(key).iter_rows()}) / max(1, len(old_keys))
+    if share < MIN_SHARE:
+        problems.append(f"only {share:.0%} of last week's keys")
+    for col in last.columns:
+        before = 1 - last[col].null_count() / max(1, last.height)
+        after = 1 - new[col].null_count() / new.height if col in new.columns else 0.0
+        if after < before - fixtures.FILL_TOLERANCE:
+            problems.append(f"fill of {col} {before:.0%} -> {after:.0%}")
+    return problems
+
+
+def side_by_side(last, new, key: tuple[str, ...], echo) -> None:
+    cols = [c for c in last.columns if c not in key]
+    echo(f"  {'key':<20} {'column':<12} {'last week':<28} with the proposal")
+    index = {tuple(r[k] for k in key): r for r in (new.to_dicts() if new is not None else [])}
+    for row in last.head(SHOWN_ROWS).to_dicts():
+        k = tuple(row[c] for c in key)
+        other = index.get(k, {})
+        for i, c in enumerate(cols):
+            echo(f"  {'/'.join(map(str, k)) if i == 0 else '':<20} {c:<12} {str(row[c]):<28} "
+                 f"{other.get(c, '(missing)') if other else '(missing)'}")
+
+
+def _from_fixture(source: Source, tmp: Path, echo):
+    """Last good week from the source's fixture: its week, its rows (replayed through the engine), its HAR."""
+    meta = fixtures.load(source)  # a FleetError naming the file when the fixture is unreadable
+    har, week = fixtures.har_path(source), meta["week"]
+    env = {"FLEET_DEMO_URL": meta["demo_url"]} if meta.get("demo_url") else {}
+    last_dir = _scratch(tmp, "last")
+    got = attempt(source, week, last_dir, Trial(replay_har=har, env=env))
+    last = _frame(last_dir, week, got)
+    if got["error"] or last is None or last.height == 0:
+        echo(f"fleet doctor {source.name}: its fixture {har} gives no rows ({got['error'] or 'none'}); "
+             f"re-record it from a good week with `fleet record {source.name}`")
+        return None
+    return week, last, har, f"fixture {har.name}"
+
+
+def _from_store(source: Source):
+    """Last good week from the artifact store (no fixture): the newest week whose rows the source stored; its
+    pages are not kept, so only its row locators are known to have matched, and its parsed values are looked for."""
+    from fleet.storage.open import host_store
+
+    store = host_store()
+    for week in sorted(store.weeks(), reverse=True):
+        rec, _ = keys.consolidated_outcome(store, week, source.name)
+        if rec and rec.get("status") in ("ok", "partial"):
+            frame = store.read_parquet(week, keys.rows_key(rec)).drop(provenance.COLUMNS, strict=False)
+            if frame.height:
+                return week, frame, None, "its stored rows; no fixture"
+    raise FleetError(f"source {source.name}: no fixture ({fixtures.har_path(source)}) and no week with its rows in "
+                     f"the store: nothing to compare today's page with; record one with `fleet record {source.name}`")
+
+
+def doctor(source: Source, apply: bool, echo) -> int:
+    """The doctor's report on ``source``; 0 when nothing is broken or a passing proposal was found (and applied
+    with ``apply``), 1 when a broken locator got no replacement that passes. The module changes only with
+    ``apply`` and a proposal that passed."""
+    try:
+        used = locators.parse(source.module_path)
+    except SyntaxError as exc:
+        raise FleetError(f"source {source.name}: {source.module_path} does not parse ({exc.msg}, line {exc.lineno}); "
+                         f"fleet doctor repairs locators, not Python") from None
+    if not used.rows:
+        raise FleetError(f"source {source.name}: {source.module_path} has no row locator fleet doctor can read "
+                         f"(a page.locator(\"...\").evaluate_all(JS) whose JS reads fields with querySelector)")
+    with tempfile.TemporaryDirectory(prefix="fleet-doctor-") as tmp:
+        tmp = Path(tmp)
+        tmp.chmod(0o711)  # the sandbox's user reaches its attempts' folders in it
+        today_dir = _scratch(tmp, "today")
+        found = _from_fixture(source, tmp, echo) if fixtures.has_fixture(source) else _from_store(source)
+        if found is None:
+            return 1
+        week, last, har, label = found
+        (today_dir / "har").mkdir()
+        today_har = today_dir / "har" / "today.har.zip"
+        now_got = attempt(source, week, today_dir, Trial(record_har=today_har))
+        echo(f"fleet doctor {source.name}: last good week {week} ({label}): {last.height} rows; "
+             f"today's page, live, same week: {now_got['rows']} rows ({now_got['status']}"
+             f"{': ' + now_got['error'].splitlines()[0] if now_got['error'] else ''})")
+        ex = asyncio.run(examine(har, today_har, used, None if har else last.to_dicts()))
+        w = max([24, *(len(s) for s in ex.then)])
+        echo(f"  {'locator':<{w}} {'then':>5} {'now':>5}")
+        for s in ex.then:
+            state = ("broken" if broken(ex, s) else "not known then" if ex.then[s] == "?" else
+                     "never matched" if not ex.then[s] else "ok")
+            show = lambda n: "bad" if n is None else str(n)  # noqa: E731
+            echo(f"  {s:<{w}} {show(ex.then[s]):>5} {show(ex.now[s]):>5}  {state}")
+        rows_of = {s for r in used.rows for s in (r.selector, *r.fields.values(), *r.other_fields.values())}
+        stray = [s for s in ex.then if broken(ex, s) and s not in rows_of]
+        for s in stray:
+            echo(f"no replacement found for {s}: it holds none of the rows' values, so nothing says what replaces it")
+        if not any(broken(ex, s) for s in ex.then):
+            echo("every locator that matched last week matches today; nothing to propose")
+            return 0
+        rows_new, fields_new = {}, {}
+        for sel, p in ex.proposals.items():
+            row = _row(used, sel)
+            if "error" in p or row.other_fields and any(broken(ex, s) for s in row.other_fields.values()):
+                echo(f"no replacement found for {sel}: {p.get('error') or 'a field it reads by attribute broke'}")
+                return 1
+            if p["row"] != sel:
+                rows_new[sel] = p["row"]
+            fields_new.update({(f, row.fields[f]): new for f, new in p["fields"].items() if new != row.fields[f]})
+            echo(f"proposal for {sel}: {p['found']} of last week's rows found on today's page"
+                 + ("" if p["exact"] else " (the selector also picks rows of the same shape that are new)"))
+        if stray:
+            return 1
+        try:
+            text = locators.patch(source.module_path, rows_new, fields_new)
+        except SyntaxError:  # e.g. a selector's quotes inside the module's own string of the same quotes
+            echo(f"no replacement found that fits: the proposed selectors {sorted(rows_new.values())} "
+                 f"{sorted(fields_new.values())} cannot be written into {source.module_path.name}'s strings")
+            return 1
+        echo(locators.diff(source.module_path, text).rstrip("\n"))
+        (trial_dir := _scratch(tmp, "proposal")).chmod(0o755)
+        module = trial_dir / source.module_path.name
+        module.write_text(text, encoding="utf-8")
+        module.chmod(0o644)
+        check_dir = _scratch(tmp, "check")
+        got = attempt(dataclasses.replace(source, module_path=module), week, check_dir, Trial())
+        new = _frame(check_dir, week, got)
+        problems = verdict(last, got, new, tuple(source.key))
+        echo(f"the scraper with the proposal, against today's page: {got['rows']} rows (last week {last.height})")
+        side_by_side(last, new, tuple(source.key), echo)
+    if problems:
+        echo(f"no replacement found that passes: {'; '.join(problems)}; {source.module_path} is unchanged")
+        return 1
+    if not apply:
+        echo(f"the proposal passes; apply it with `fleet doctor {source.name} --apply` ({source.module_path} is "
+             f"unchanged)")
+        return 0
+    tmp_path = source.module_path.with_name(f".{source.module_path.name}.doctor")
+    tmp_path.write_text(text, encoding="utf-8")
+    os.replace(tmp_path, source.module_path)
+    echo(f"applied to {source.module_path}; re-record its fixture with `fleet record {source.name}`")
+    return 0
