@@ -117,7 +117,8 @@ def test_a_full_disk_under_fleet_home_fails_the_attempt_as_infra_and_the_week_co
 
         try:
             deadline = time.monotonic() + 180
-            while not (fleet_env.home / "dagster" / "dagster.yaml").exists():
+            # the instance's storage is made by `fleet run` before it says so: two makers at once would collide
+            while "fleet: scraping week" not in (fleet_env.tmp / "run.out").read_text():
                 assert proc.poll() is None and time.monotonic() < deadline, said()
                 time.sleep(0.2)
             monkeypatch.setenv("FLEET_POSTGRES_URL", pg.url)
@@ -145,7 +146,6 @@ def test_a_full_disk_under_fleet_home_fails_the_attempt_as_infra_and_the_week_co
         assert failures and all(e.step_key == "raw__fills_disk" for e in failures), messages
         assert f"disk full at {fleet_env.home}" in messages[0], messages
         assert all("[infra] source fills_disk: " in m for m in messages), messages
-    print(messages)
     assert (counters / "fills_disk").read_text().startswith("xx")
     # the first attempt's spool: two whole rows, then the torn one, which is never read as a row
     spools = sorted((fleet_env.home / "artifacts" / WEEK / "work" / "fills_disk").glob("rows-*.jsonl"))
@@ -222,7 +222,8 @@ def test_the_s3_store_stopped_mid_week_and_started_again_fails_the_attempt_as_in
 
         try:
             deadline = time.monotonic() + 180
-            while not (fleet_env.home / "dagster" / "dagster.yaml").exists():
+            # the instance's storage is made by `fleet run` before it says so: two makers at once would collide
+            while "fleet: scraping week" not in (fleet_env.tmp / "run.out").read_text():
                 assert proc.poll() is None and time.monotonic() < deadline, said()
                 time.sleep(0.2)
             instance = DagsterInstance.from_config(str(fleet_env.home / "dagster"))
@@ -249,8 +250,7 @@ def test_the_s3_store_stopped_mid_week_and_started_again_fails_the_attempt_as_in
         assert failures and all(e.step_key == "raw__waits" for e in failures), messages
         assert all("[infra] source waits: the artifact store s3://fleet-outage/fleet is unreachable" in m
                    for m in messages), messages
-        print(messages)
-    assert (counters / "waits").read_text().startswith("xx")  # re-executed
+        assert (counters / "waits").read_text().startswith("xx")  # re-executed
     subjects = [c["subject"] for c in log(fleet_env.remote)[: len(log(fleet_env.remote)) - before]]
     assert subjects == [f"fleet: processed rows for week {WEEK}", f"fleet: raw rows for week {WEEK}"], subjects
     frame = committed_frame(fleet_env.remote, f"data/{WEEK}/raw.parquet")

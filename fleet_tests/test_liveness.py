@@ -50,6 +50,14 @@ def test_a_run_on_another_host_lives_while_it_beats_and_is_failed_and_followed_u
         there_home = fleet_env.tmp / "there"
         there_home.mkdir()
         there = {**env, "FLEET_HOME": str(there_home)}
+        # the instance's tables, made once before the two hosts start together (each would make them at once)
+        from dagster import DagsterInstance
+
+        monkeypatch.setenv("FLEET_POSTGRES_URL", pg.url)  # what the dagster.yaml names (env: FLEET_POSTGRES_URL)
+        init = fleet_env.tmp / "pg-init"
+        init.mkdir()
+        (init / "dagster.yaml").write_text("storage:\n  postgres:\n    postgres_url:\n      env: FLEET_POSTGRES_URL\n")
+        DagsterInstance.from_config(str(init)).dispose()
         # the other host's `fleet run` and this host's `fleet ui` start together
         out, err = open(fleet_env.tmp / "run.out", "w"), open(fleet_env.tmp / "run.err", "w")
         cmd = f"hostname {OTHER} && exec {sys.executable} -m fleet.cli run --week {WEEK} --force"
@@ -58,9 +66,6 @@ def test_a_run_on_another_host_lives_while_it_beats_and_is_failed_and_followed_u
         ui = None
         try:
             ui, _port = start_ui(fleet_env, here, settle_s=2)
-            from dagster import DagsterInstance
-
-            monkeypatch.setenv("FLEET_POSTGRES_URL", pg.url)  # what the dagster.yaml names (env: FLEET_POSTGRES_URL)
             instance = DagsterInstance.from_config(str(fleet_env.home / "dagster"))
 
             def said():
