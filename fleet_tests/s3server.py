@@ -3,9 +3,11 @@ from __future__ import annotations
 
 import contextlib
 import os
+import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.request
 
@@ -48,3 +50,64 @@ def s3_server(timeout_s: float = 60):
             proc.kill()
             proc.wait()
         log.close()
+
+
+class Outage:
+    """A loopback port that forwards to the S3 server at ``target_port``, which a test can take down and bring back:
+    :meth:`stop` closes the port and every connection through it (a client is refused, as by a stopped server),
+    :meth:`start` opens the same port again. The server behind keeps its objects (moto's are in its memory)."""
+
+    def __init__(self, target_port: int):
+        self.target = target_port
+        self.port = free_port()
+        self.endpoint = f"http://127.0.0.1:{self.port}"
+        self._server: socket.socket | None = None
+        self._open: list[socket.socket] = []
+
+    def start(self) -> "Outage":
+        srv = socket.socket()
+        srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        srv.bind(("127.0.0.1", self.port))
+        srv.listen(64)
+        self._server = srv
+        threading.Thread(target=self._accept, args=(srv,), daemon=True).start()
+        return self
+
+    def _accept(self, srv: socket.socket) -> None:
+        while True:
+            try:
+                client, _ = srv.accept()
+            except OSError:  # stopped
+                return
+            try:
+                upstream = socket.create_connection(("127.0.0.1", self.target))
+            except OSError:
+                client.close()
+                continue
+            self._open += [client, upstream]
+            for a, b in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
+
+    @staticmethod
+    def _pipe(a: socket.socket, b: socket.socket) -> None:
+        try:
+            while data := a.recv(1 << 16):
+                b.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for s in (a, b):
+                with contextlib.suppress(OSError):
+                    s.shutdown(socket.SHUT_RDWR)
+
+    def stop(self) -> None:
+        srv, self._server = self._server, None
+        if srv is not None:
+            with contextlib.suppress(OSError):
+                srv.shutdown(socket.SHUT_RDWR)  # wakes the accepting thread
+            srv.close()
+        opened, self._open = self._open, []
+        for s in opened:
+            with contextlib.suppress(OSError):
+                s.shutdown(socket.SHUT_RDWR)
+            s.close()

@@ -94,3 +94,40 @@ def test_a_just_started_run_without_its_worker_tag_is_given_time(fleet_env, monk
     run = instance.create_run_for_job(_tiny)
     assert worker_health(run, started_at=time.time() - 1, grace_s=180).status == "RUNNING"
     assert worker_health(run, started_at=time.time() - 181, grace_s=180).status == "UNKNOWN"
+
+
+def test_a_worker_on_another_host_is_judged_by_its_heartbeat(fleet_env, monkeypatch):
+    """A worker on another host: RUNNING while its fleet/heartbeat tag changes between checks (by the checker's
+    own clock), FAILED once it has not for STALE_BEATS beat periods; before the first beat, the start grace. A
+    real beat thread (runworker.heartbeat) rewrites the tag on the instance."""
+    from fleet.defs.runworker import BEAT_TAG, STALE_BEATS, TAG, heartbeat, identity, worker_health
+
+    instance = _instance(fleet_env, monkeypatch)
+    run = instance.create_run_for_job(_tiny)
+    elsewhere = {**identity(), "host": "another-host", "pid": 1}
+    instance.add_run_tags(run.run_id, {TAG: json.dumps(elsewhere)})
+    seen = {}
+
+    def health(**kw):
+        return worker_health(instance.get_run_by_id(run.run_id), seen=seen, **kw)
+
+    assert health(started_at=time.time() - 1, grace_s=180).status == "RUNNING"  # no beat yet: the start grace
+    res = health(started_at=time.time() - 181, grace_s=180)
+    assert res.status == "FAILED" and "sent no heartbeat" in res.msg and "another-host" in res.msg, res
+
+    with heartbeat(instance, run.run_id, every=0.2):
+        time.sleep(0.5)
+        first = instance.get_run_by_id(run.run_id).tags[BEAT_TAG]
+        assert health().status == "RUNNING"
+        time.sleep(0.5)
+        assert instance.get_run_by_id(run.run_id).tags[BEAT_TAG] != first  # it beats
+        seen[run.run_id] = (seen[run.run_id][0], time.monotonic() - 3600)  # the last check was long ago
+        assert health().status == "RUNNING"  # but the beat changed since: alive
+    beat = json.loads(instance.get_run_by_id(run.run_id).tags[BEAT_TAG])
+    assert beat["every"] == 0.2 and beat["n"] >= 4
+    assert health().status == "RUNNING"  # the beats stopped just now
+    raw, _ = seen[run.run_id]
+    seen[run.run_id] = (raw, time.monotonic() - STALE_BEATS * 0.2 - 0.1)  # unchanged for STALE_BEATS periods
+    res = health()
+    assert res.status == "FAILED", res
+    assert res.msg.startswith("the run's worker (pid 1) on host another-host is gone: its heartbeat"), res.msg

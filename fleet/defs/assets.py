@@ -1,5 +1,6 @@
 """The asset graph: raw/<source> per scraper -> consolidated_raw_rows -> raw_commit -> post_processed -> processed_commit."""
 # No `from __future__ import annotations` here: Dagster inspects the annotations of asset functions at runtime.
+import contextlib
 import dataclasses
 from typing import Optional
 
@@ -184,6 +185,22 @@ def skip_quarantined(context, source: Source, week: str, store, config: RawConfi
     raise Failure(description=f"[{tx.QUARANTINED}] {why}", metadata=metadata, allow_retries=False)
 
 
+@contextlib.contextmanager
+def storage_failures(context, source: str, store):
+    """A read or write of the artifact store that failed for the storage's sake (the disk full, the object store
+    not answering: ``store.storage_failure``) fails the step as ``infra``, naming it, and may be re-executed."""
+    try:
+        yield
+    except Exception as exc:
+        why = keys.storage_failure(exc, store)
+        if why is None:
+            raise
+        context.log.error(f"[run {context.run_id}] [{source}] {why}")
+        raise Failure(description=f"[infra] source {source}: {why}", allow_retries=True,
+                      metadata={"fleet/status": "failed", "fleet/category": "infra", "error": MetadataValue.text(why),
+                                "fleet/host": MetadataValue.text(host_label())}) from exc
+
+
 def _raw_compute(source: Source, crash_reruns: int):
     """The compute function of ``raw/<source>``: scrape the week (or reuse it), check it, report it."""
     key = AssetKey(["raw", source.name])
@@ -198,10 +215,11 @@ def _raw_compute(source: Source, crash_reruns: int):
         # A crash's re-execution (in the run, or a rerun run of the sensors or `fleet run`) carries the first
         # attempt's config: its `refresh` must not clear what the crashed attempt left to resume from.
         reexecution = context.retry_number > 0 or context.run.tags.get(tx.TAG_KIND) == "rerun"
-        out = run_source(source, week, store=store, run_id=context.run_id, deep=config.deep,
-                         timeout_s=config.timeout_s, refresh=config.refresh, reexecution=reexecution,
-                         retry={"attempts": config.retry_attempts}, forced=forced, log=context.log,
-                         settings=browser.engine_settings())
+        with storage_failures(context, source.name, store):
+            out = run_source(source, week, store=store, run_id=context.run_id, deep=config.deep,
+                             timeout_s=config.timeout_s, refresh=config.refresh, reexecution=reexecution,
+                             retry={"attempts": config.retry_attempts}, forced=forced, log=context.log,
+                             settings=browser.engine_settings())
         common = {
             "fleet/status": out.status, "seconds": float(out.seconds), "pages": out.pages,
             "url": MetadataValue.text(out.url or "-"), "fleet/host": MetadataValue.text(host_label()),
@@ -225,7 +243,8 @@ def _raw_compute(source: Source, crash_reruns: int):
             )
         if out.status == "partial":
             context.log.warning(f"[run {context.run_id}] [{source.name}] {out.error}; keeping the {out.rows} rows collected")
-        outcomes = run_source_checks(source, week, store, out.attempt)
+        with storage_failures(context, source.name, store):
+            outcomes = run_source_checks(source, week, store, out.attempt)
         coverage = next((o.metadata for o in outcomes if o.name == "coverage"), {})
         yield MaterializeResult(
             metadata={**common, "dagster/row_count": out.rows, "path": MetadataValue.path(store.location(week, keys.raw_key(source.name, out.attempt))),

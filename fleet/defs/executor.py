@@ -1,6 +1,7 @@
 """fleet's executors: Dagster's own, wrapped so that each run first claims its week (fleet/defs/claim.py),
 records the process executing it (its run worker, fleet/defs/runworker.py) and the version of the code it was
-planned with (fleet/defs/codeversion.py), and, on Celery, is watched for workers that died (fleet/defs/celery.py)."""
+planned with (fleet/defs/codeversion.py), beats the worker's heartbeat into the instance while it executes, and,
+on Celery, is watched for workers that died (fleet/defs/celery.py)."""
 from __future__ import annotations
 
 import contextlib
@@ -10,7 +11,8 @@ from dagster import Executor, ExecutorDefinition
 from fleet import records
 from fleet.defs import codeversion
 from fleet.defs.claim import claim_week
-from fleet.defs.runworker import record_run_worker
+from fleet.config import settings
+from fleet.defs.runworker import beat_period, heartbeat, record_run_worker
 
 
 class FleetExecutor(Executor):
@@ -38,7 +40,9 @@ class FleetExecutor(Executor):
         claim_week(instance, run)
         records.add_tags(instance, run.run_id, {codeversion.TAG: codeversion.code_version()})
         try:
-            with self.watch(instance, run) if self.watch else contextlib.nullcontext():
+            # a heartbeat in the instance: how run monitoring on another host knows this worker lives
+            with heartbeat(instance, run.run_id, beat_period(settings().run_monitor_s)), \
+                    self.watch(instance, run) if self.watch else contextlib.nullcontext():
                 yield from self.inner.execute(plan_context, execution_plan)
         finally:
             # Every step of the run has ended: a claim on the scrapers pool still held is one a step never gave

@@ -35,6 +35,7 @@ from fleet.engine.procs import private_tmp
 from fleet.scraping.retry import RetryPolicy
 from fleet.storage import provenance
 from fleet.storage.frames import add_unique, encode_row, validate_row
+from fleet.storage.store import disk_full
 
 # How long a Playwright error waits for the browser's own word (its "disconnected" event, the page's "crash", the
 # exit status of a Chromium that ended) before it counts as the scraper's: they can come just after the error.
@@ -124,6 +125,7 @@ async def scrape(own: OwnBrowser, spec: dict) -> dict:
     """One source attempt in a fresh browser context of ``own``'s browser; the context is closed before returning."""
     source = Source(name=spec["source"], module_path=Path(spec["module_path"]), class_name=spec["class_name"],
                     description="", schema=None, key=(), timeout_s=spec["timeout_s"])
+    reserve_result(spec)
     work = Path(spec["work_dir"])
     evidence_dir = Path(spec["evidence_dir"])
     spool_path = Path(spec["spool_path"])
@@ -201,8 +203,12 @@ async def scrape(own: OwnBrowser, spec: dict) -> dict:
                         add_unique(source.name, schema, key, seen_keys, clean)  # raises on a conflicting duplicate
                         # a row's page: the last navigation of the page's main frame (ctx.goto, a click), if any
                         stamp = {provenance.FETCHED_AT: fetched[0] or provenance.now(), provenance.SCRAPER_REV: rev}
-                        spool.write(encode_row({**clean, **stamp}) + "\n")
-                        spool.flush()
+                        try:
+                            spool.write(encode_row({**clean, **stamp}) + "\n")
+                            spool.flush()
+                        except OSError as exc:  # fleet's own write, not the scraper's: the disk under FLEET_HOME
+                            why = disk_full(exc, spool_path) or f"cannot write its rows to {spool_path}: {exc}"
+                            raise SpoolWriteError(f"source {source.name}: {why}") from exc
                         count += 1
                         await snapshot(shots, page, fetched[0])  # once a page; bounded, never fails the attempt
                         if first_rows and count >= first_rows:  # a canary: the first page's first rows are enough
@@ -233,15 +239,17 @@ async def scrape(own: OwnBrowser, spec: dict) -> dict:
             if closed_by_scraper:
                 text += " (the scraper closed the browser itself)"
             # a site that turned fleet away is neither the scraper's bug nor a crash (fleet/policy/taxonomy.py)
+            infra = infra or isinstance(exc, SpoolWriteError)
             category = "infra" if infra else "blocked" if isinstance(exc, BlockedError) else "source"
             result = {"status": "failed", "category": category,
-                      "error": text if str(exc).startswith("source ") else f"source {source.name}: {text}",
+                      "error": str(exc) if isinstance(exc, SpoolWriteError)
+                      else text if str(exc).startswith("source ") else f"source {source.name}: {text}",
                       "error_type": type(exc).__name__, "traceback": traceback.format_exc()}
             if isinstance(exc, NavigationError):
                 result["url"] = exc.url
                 if exc.status is not None:
                     result["http_status"] = exc.status
-            if infra:
+            if infra and not isinstance(exc, SpoolWriteError):
                 result["error"] = f"source {source.name}: the browser crashed: {text}"
         if missing:  # the replay lacked what the page needs: that, not the scraper's error it led to, is the cause
             more = f" (and {len(set(missing)) - 1} more)" if len(set(missing)) > 1 else ""
@@ -252,8 +260,9 @@ async def scrape(own: OwnBrowser, spec: dict) -> dict:
             hard_deadline = start + spec["timeout_s"]  # when the runner kills this process
             if imported:  # before that, the page is the blank one fleet opened
                 result["evidence"] = await capture(page, evidence_dir, log, hard_deadline - time.monotonic() - 0.7)
-            (evidence_dir / "error.txt").parent.mkdir(parents=True, exist_ok=True)
-            (evidence_dir / "error.txt").write_text(result.get("traceback") or result.get("error", ""))
+            with contextlib.suppress(OSError):  # a full disk: the result below still says why
+                (evidence_dir / "error.txt").parent.mkdir(parents=True, exist_ok=True)
+                (evidence_dir / "error.txt").write_text(result.get("traceback") or result.get("error", ""))
         result.update(rows=count, pages=ctx.pages_visited, url=result.get("url") or ctx.last_url,
                       seconds=round(time.monotonic() - start, 3),
                       domains=ctx.politeness.summary() if ctx.politeness else {})  # robots.txt, 429s: politeness.py
@@ -297,6 +306,10 @@ class BrowserGone(Exception):
 
 class ScraperExit(Exception):
     """The scraper called ``sys.exit`` or raised ``SystemExit`` or ``KeyboardInterrupt`` (a source failure)."""
+
+
+class SpoolWriteError(Exception):
+    """fleet could not write a row the scraper yielded into the spool (the disk is full): infra, re-executed."""
 
 
 class ScraperImportError(Exception):
@@ -352,9 +365,23 @@ def failure_result(spec: dict, exc: BaseException, category: str = "infra", what
             "error_type": type(exc).__name__, "traceback": traceback.format_exc(), "rows": 0, "pages": 0}
 
 
+RESULT_ROOM = 1 << 16
+
+
+def reserve_result(spec: dict) -> None:
+    """Room on disk for the attempt's result, taken while there is some: a disk full later still hears why."""
+    with contextlib.suppress(OSError), open(spec["result_path"] + ".tmp", "wb") as fh:
+        fh.write(b" " * RESULT_ROOM)
+
+
 def write_result(spec: dict, result: dict) -> None:
     tmp = Path(spec["result_path"] + ".tmp")
-    tmp.write_text(json.dumps(result, default=str))
+    data = json.dumps(result, default=str).encode()
+    if len(data) > RESULT_ROOM:  # what says why fits the room; the traceback is in the evidence too
+        data = json.dumps({**result, "traceback": None}, default=str).encode()
+    with open(tmp, "r+b" if tmp.exists() else "wb") as fh:  # over the reserved bytes: no new block on a full disk
+        fh.write(data)
+        fh.truncate(len(data))
     os.replace(tmp, spec["result_path"])
 
 
