@@ -177,6 +177,15 @@ def freshness(deadline, as_of):
 
 
 @main.command()
+@click.argument("source")
+@_week_option
+def debug(source, week):
+    """Print the command that opens SOURCE's kept Playwright trace of a week in Playwright's trace viewer, offline."""
+    _check_run_options((source,), ())
+    sys.exit(upkeep.debug(source, resolve_week(week)))
+
+
+@main.command()
 @click.option("--port", default=3000, show_default=True, type=click.IntRange(1, 65535))
 @click.option("--demo/--no-demo", default=None, help="Serve the demo sites too (default: when using the bundled scrapers).")
 def ui(port, demo):

@@ -189,8 +189,7 @@ def git_config_count() -> int:  # config entries already given to git through th
     return env_number("GIT_CONFIG_COUNT", 0, int)
 
 
-def _renamed(old: str, new: str) -> None:
-    """A setting under its old name would otherwise be ignored without a word."""
+def _renamed(old: str, new: str) -> None:  # a setting under its old name would otherwise be ignored without a word
     if old in os.environ:
         raise FleetError(f"{old} is now called {new}; set {new} instead")
 
@@ -214,6 +213,14 @@ def browser_host_max_sources() -> int:
 
 def browser_startup_s() -> float:
     return env_number("FLEET_BROWSER_STARTUP_S", 90.0, minimum=1)
+
+
+def trace_mode() -> str:  # an attempt's Playwright trace is kept when it fails (default), always, or not recorded
+    return env_choice("FLEET_TRACE", "failed", ("failed", "always", "off"))
+
+
+def alert_routes_text() -> str:  # owner -> webhook URL, as JSON; parsed and checked by fleet/quality/alerts.py
+    return _text("FLEET_ALERT_ROUTES")
 
 
 def politeness() -> dict:
@@ -260,7 +267,6 @@ class Settings:
     worker_concurrency: int = 10  # sources one `fleet worker` scrapes at once (its host's cap)
     worker_lost_s: float = 30.0   # a worker holding steps that answers no ping this long is dead (fleet/defs/celery.py)
     postgres_url: str = ""      # FLEET_POSTGRES_URL: written into a new dagster.yaml as the instance's storage
-
     artifacts: str = ""         # FLEET_ARTIFACTS: where the artifact store is (a folder or s3://bucket/prefix)
 
     @property
@@ -278,13 +284,8 @@ class Settings:
         """This host's cache of a remote store's objects and its scratch (work folders): disposable."""
         return self.home / "cache" / "artifacts"
 
-    @property
-    def dagster_home(self) -> Path:
-        return self.home / "dagster"
-
-    @property
-    def clone_dir(self) -> Path:
-        return self.home / "clone"
+    dagster_home = property(lambda self: self.home / "dagster")
+    clone_dir = property(lambda self: self.home / "clone")
 
 
 def _check_home(home: Path) -> None:
@@ -319,7 +320,7 @@ def settings() -> Settings:
     workers = browser_hosts()
     max_parallel = env_number("FLEET_MAX_PARALLEL", 10, int, minimum=1)
     for check in (browser_host_idle_s, browser_host_max_sources, browser_startup_s, block_markers, politeness,
-                  freshness_deadline, alert_webhook, _check_slack, demo_latency_ms, git_config_count):
+                  freshness_deadline, alert_webhook, _check_slack, trace_mode, demo_latency_ms, git_config_count):
         check()
     return Settings(
         home=home,

@@ -196,7 +196,7 @@ def _raw_compute(source: Source, crash_reruns: int):
         out = run_source(source, week, store=store, run_id=context.run_id, deep=config.deep,
                          timeout_s=config.timeout_s, refresh=config.refresh, reexecution=reexecution,
                          retry={"attempts": config.retry_attempts}, forced=forced, log=context.log,
-                         settings=browser.engine_settings())
+                         settings=browser.engine_settings(), judge_trace=True)
         common = {
             "fleet/status": out.status, "seconds": float(out.seconds), "pages": out.pages,
             "url": MetadataValue.text(out.url or "-"), "fleet/host": MetadataValue.text(host_label()),
@@ -218,8 +218,10 @@ def _raw_compute(source: Source, crash_reruns: int):
             context.log.warning(f"[run {context.run_id}] [{source.name}] {out.error}; keeping the {out.rows} rows collected")
         outcomes = run_source_checks(source, week, store, out.attempt)
         coverage = next((o.metadata for o in outcomes if o.name == "coverage"), {})
+        # rows the quality gate holds out keep the attempt's Playwright trace, as a failure does
+        held = scrape_outcome.settle_trace(store, week, out, bool(gate.blocking_failures(store, week, source.name)))
         yield MaterializeResult(
-            metadata={**common, "dagster/row_count": out.rows, "path": MetadataValue.path(store.location(week, keys.raw_key(source.name, out.attempt))),
+            metadata={**common, **(evidence_metadata(store, week, source.name, held) if held else {}), "dagster/row_count": out.rows, "path": MetadataValue.path(store.location(week, keys.raw_key(source.name, out.attempt))),
                       "reused": out.reused,
                       **{k: float(v) for k, v in coverage.items() if k.startswith("coverage/") and v is not None}})
         # The checks follow the materialization they evaluate, each naming its asset and check. Embedded in the
