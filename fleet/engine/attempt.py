@@ -253,7 +253,7 @@ async def scrape(own: OwnBrowser, spec: dict) -> dict:
             (evidence_dir / "error.txt").write_text(result.get("traceback") or result.get("error", ""))
         if tracing:  # after the screenshot and page: within what is left before the hard kill
             failed = result["status"] not in ("ok", "empty")
-            trace = await stop_trace(context, spec, failed, log, start + spec["timeout_s"] - time.monotonic() - 0.5)
+            trace = await stop_trace(context, spec, failed, log, start + spec["timeout_s"] - time.monotonic() - 1.5)
             if trace:
                 result["evidence"] = {**(result.get("evidence") or {}), "trace": trace}
         result.update(rows=count, pages=ctx.pages_visited, url=result.get("url") or ctx.last_url,

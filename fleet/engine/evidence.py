@@ -1,5 +1,6 @@
-"""Evidence of a failed attempt, taken in its attempt process: the page's HTML and screenshot, and the Python stacks
-of the process's threads when the runner is about to kill it at its hard limit."""
+"""Evidence of a failed attempt, taken in its attempt process: the page's HTML and screenshot, its Playwright trace
+(``trace.zip``), and the Python stacks of the process's threads when the runner is about to kill it at its hard
+limit."""
 from __future__ import annotations
 
 import asyncio
@@ -91,12 +92,15 @@ async def start_trace(context, spec: dict, log) -> bool:
 async def stop_trace(context, spec: dict, failed: bool, log, budget_s: float) -> str | None:
     """End the trace. Kept (its path returned) when the attempt failed or was blocked, in the evidence folder; on
     success too under ``FLEET_TRACE=always``, else written to ``pending_trace`` in the work folder for the quality
-    gate to keep if it holds the rows out (fleet/engine/trace.py). Never raises: a trace that cannot be written is
+    gate to keep if it holds the rows out (outcome.settle_trace). Never raises: a trace that cannot be written is
     logged, and no half-written file is left under its name."""
     keep = failed or spec.get("trace") == "always"
     pending = spec.get("pending_trace")
     target = Path(spec["evidence_dir"]) / TRACE if keep else Path(pending) if pending else None
     part = target.with_name(f".{target.name}.part") if target else None
+    if part is not None and budget_s < 1.0:  # the hard kill is near: a zip cut short would be worth nothing
+        log.warning("no time left before the hard limit to save the attempt's trace")
+        return None
     try:
         if part is None:
             await asyncio.wait_for(context.tracing.stop(), max(0.5, budget_s))
