@@ -33,6 +33,11 @@ def valid_name(name) -> bool:
     return isinstance(name, str) and len(name) <= NAME_MAX and NAME_RE.match(name) is not None
 
 
+def valid_owner(owner) -> bool:  # as Dagster's asset owners: an email, or a team name prefixed with "team:"
+    return isinstance(owner, str) and bool(re.fullmatch(r"[A-Za-z0-9._%+-]+@[A-Za-z0-9.-]+\.[A-Za-z]{2,7}"
+                                                         r"|team:[A-Za-z0-9][A-Za-z0-9_.-]*", owner))
+
+
 class Scraper:
     """Base class of a source. Subclass it in a module under ``scrapers/``.
 
@@ -58,6 +63,8 @@ class Scraper:
       polite_concurrency, polite_interval_s  this scraper's limits for the domains it visits (at most N
                  navigations at once, at least T seconds between them), stricter than FLEET_DOMAIN_*; they bind
                  every source of this host that visits those domains after it
+      owner      who answers for the source: an email or ``team:NAME`` (Dagster's owners); its alerts go to the
+                 owner's route in FLEET_ALERT_ROUTES (fleet/quality/alerts.py), else the default one
     The class docstring becomes the asset's description in the UI.
     """
 
@@ -74,6 +81,7 @@ class Scraper:
     block_markers: ClassVar[tuple[str, ...]] = ()
     polite_concurrency: ClassVar[int | None] = None
     polite_interval_s: ClassVar[float | None] = None
+    owner: ClassVar[str | None] = None
     # Volume check thresholds (#8), overridable per scraper.
     volume_warn_ratio: ClassVar[float] = 0.5
     volume_error_ratio: ClassVar[float] = 0.1
@@ -135,6 +143,10 @@ class Scraper:
             raise ScraperDefinitionError(f"scraper {name!r}: polite_concurrency must be a whole number >= 1, got {n!r}")
         if t is not None and (isinstance(t, bool) or not isinstance(t, (int, float)) or not 0 <= t < math.inf):
             raise ScraperDefinitionError(f"scraper {name!r}: polite_interval_s must be a number of seconds >= 0, got {t!r}")
+        owner = getattr(cls, "owner", None)
+        if owner is not None and not valid_owner(owner):
+            raise ScraperDefinitionError(f"scraper {name!r}: owner must be an email address or a team name "
+                                         f"prefixed with 'team:' (team:data), got {owner!r}")
         import inspect
 
         if not inspect.isasyncgenfunction(cls.scrape) or cls.scrape is Scraper.scrape:

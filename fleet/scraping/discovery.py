@@ -31,6 +31,7 @@ class Source:
     quarantine_after: int = 3
     carry_forward: bool = False
     carry_forward_weeks: int = 2
+    owner: str | None = None  # an email or team:NAME: the asset's owner, and where its alerts go
 
     @property
     def broken(self) -> bool:
@@ -154,7 +155,7 @@ def _scan(path: Path, module, sources: list[Source], broken: list[_Placeholder])
                          schema=dict(cls.schema), key=tuple(cls.key), timeout_s=float(cls.timeout_s),
                          own_browser=cls.own_browser, own_process=cls.own_process,
                          quarantine_after=cls.quarantine_after, carry_forward=cls.carry_forward,
-                         carry_forward_weeks=cls.carry_forward_weeks)
+                         carry_forward_weeks=cls.carry_forward_weeks, owner=cls.owner)
         except ScraperDefinitionError as exc:
             broken.append(_Placeholder(path, f"scraper module {path.name}: {exc}", attr))
         except Exception as exc:  # anything a class can raise when its attributes are read
