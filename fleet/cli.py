@@ -181,7 +181,11 @@ def freshness(deadline, as_of):
 @_week_option
 def debug(source, week):
     """Print the command that opens SOURCE's kept Playwright trace of a week in Playwright's trace viewer, offline."""
-    _check_run_options((source,), ())
+    from fleet.scraping.contract import valid_name
+
+    if not valid_name(source):
+        raise click.BadParameter(f"{source!r} is not a source name (lowercase letters, digits and _)",
+                                 param_hint="SOURCE")
     sys.exit(upkeep.debug(source, resolve_week(week)))
 
 

@@ -103,3 +103,33 @@ def test_a_deadline_before_the_weekly_tick_allows_the_week_before_it():
     assert raw_freshness(parse_deadline("mon 05:00", "x")).lower_bound_delta == dt.timedelta(days=7)
     assert raw_freshness(parse_deadline("mon 12:00", "x")).lower_bound_delta == dt.timedelta(hours=6)
     assert raw_freshness(parse_deadline("sun 23:59", "x")).deadline_cron == "59 23 * * 0"
+
+
+def test_a_slack_route_needs_the_slack_extra_and_posts_to_the_owners_channel(tmp_path, monkeypatch):
+    """dagster-slack is the `slack` extra: a route to Slack without it is refused by name. With a client (a fake
+    here, standing in for dagster-slack's), the owner's alert goes to the owner's channel, not the default's."""
+    import importlib.util
+
+    from fleet.quality import alerts as al
+
+    if importlib.util.find_spec("dagster_slack") is None:
+        with pytest.raises(FleetError, match=r"pip install 'fleet\[slack\]'"):
+            parse_routes('{"team:news": "slack:#news"}')
+    sent = []
+
+    class Client:
+        def __init__(self, channel):
+            self.channel = channel
+
+        def chat_postMessage(self, channel, text):
+            sent.append((self.channel, channel, text))
+
+    monkeypatch.setattr(al, "_slack_client", Client)
+    alert = al.Alert(source="owned", week=WEEK, check="missing", severity="ERROR", category="source",
+                     message="owned failed", evidence={}, last_good_week=None)
+    got = al.deliver([alert, al.Alert(**{**alert.to_json(), "source": "plain"})], tmp_path, webhook="",
+                     slack="#default", owners={"owned": "team:news"}, routes={"team:news": "slack:#news"})
+    assert [a.owner for a in got] == ["team:news", None]
+    assert [(c, ch) for c, ch, _ in sent] == [("#news", "#news"), ("#default", "#default")]
+    assert "owned failed" in sent[0][2]
+    assert [r.get("route") for r in al.logged(tmp_path)] == ["team:news", None]
