@@ -107,3 +107,35 @@ def test_a_failed_attempt_keeps_a_trace_that_fleet_debug_opens_offline(scrape_ho
         (store.local_dir(WEEK, keys.evidence_key("news")) / "trace.zip" / "x").write_text("in the way")
         out, store = _run(scrape_home, source)
         assert out.status == "ok" and out.rows > 0 and "trace" not in out.evidence, out
+
+
+def test_rows_the_quality_gate_holds_out_keep_their_trace(fleet_env):
+    """A real `fleet run`: the source yields 1 row against a usual 100 (two stored weeks of history), so the gate
+    holds its rows out of the commit; its attempt's trace, written for the gate, is kept as its evidence."""
+    import polars as pl
+
+    from fleet.quality import checks as qc
+    from fleet_tests.conftest import run_fleet
+
+    folder = fleet_env.tmp / "scrapers"
+    folder.mkdir()
+    (folder / "few.py").write_text(
+        "import polars as pl\nfrom fleet import Scraper\n\n\nclass Few(Scraper):\n    name = 'few'\n"
+        "    schema = {'id': pl.Int64}\n    key = ('id',)\n    timeout_s = 30\n\n"
+        "    async def scrape(self, page, ctx):\n        await page.set_content('<p>one row left</p>')\n"
+        "        yield {'id': 1}\n")
+    store = LocalArtifactStore(fleet_env.home / "artifacts")
+    for week in ("2026-11-02", "2026-11-09"):
+        frame = pl.DataFrame({"id": list(range(100))})
+        keys.write_outcome(store, week, {"source": "few", "week": week, "status": "ok", "category": None,
+                                         "rows": 100, "attempt": "20261101T000000000000-aaaaaa"})
+        store.write_parquet(week, keys.raw_key("few", "20261101T000000000000-aaaaaa"), frame)
+        qc.save_profile(store, week, "few", qc.profile(frame))
+    env = {**fleet_env.env, "FLEET_SCRAPERS_DIR": str(folder)}
+    res = run_fleet(env, "run", "--week", WEEK, "--force")
+    assert res.returncode == 2 and "held" in res.stdout + res.stderr, res.stdout[-3000:] + res.stderr[-3000:]
+    out = keys.read_outcome(store, WEEK, "few")
+    assert out["status"] == "ok" and zipfile.is_zipfile(out["evidence"]["trace"]), out
+    assert not list(store.local_dir(WEEK, keys.spool_key("few")).glob("trace-*.zip"))  # moved, not copied
+    debug = run_fleet(env, "debug", "few", "--week", WEEK)
+    assert debug.returncode == 0 and f"show-trace {out['evidence']['trace']}" in debug.stdout, debug.stdout
