@@ -219,9 +219,8 @@ def trace_mode() -> str:  # an attempt's Playwright trace is kept when it fails 
     return env_choice("FLEET_TRACE", "failed", ("failed", "always", "off"))
 
 
-def alert_routes() -> dict[str, str]:  # FLEET_ALERT_ROUTES: owner -> webhook URL or slack:#channel, as JSON
-    from fleet.quality.alerts import parse_routes
-    return parse_routes(_text("FLEET_ALERT_ROUTES"))
+def alert_routes_text() -> str:  # owner -> webhook URL or slack:#channel, as JSON (fleet/quality/alerts.py)
+    return _text("FLEET_ALERT_ROUTES")
 
 
 def politeness() -> dict:
@@ -321,8 +320,7 @@ def settings() -> Settings:
     workers = browser_hosts()
     max_parallel = env_number("FLEET_MAX_PARALLEL", 10, int, minimum=1)
     for check in (browser_host_idle_s, browser_host_max_sources, browser_startup_s, block_markers, politeness,
-                  freshness_deadline, alert_webhook, _check_slack, trace_mode, alert_routes, demo_latency_ms,
-                  git_config_count):
+                  freshness_deadline, alert_webhook, _check_slack, trace_mode, demo_latency_ms, git_config_count):
         check()
     return Settings(
         home=home,

@@ -228,7 +228,7 @@ def deliver(alerts: list[Alert], home: Path, *, webhook: str | None = None, slac
     if slack is None:
         slack = config.alert_slack()
     if routes is None:
-        routes = config.alert_routes()
+        routes = parse_routes(config.alert_routes_text())
     owners = owners or {}
     alerts = [dataclasses.replace(a, owner=owners.get(a.source)) if owners.get(a.source) else a for a in alerts]
     folder = Path(home) / "alerts"
