@@ -8,12 +8,13 @@ import sys
 import time
 import traceback
 
-ORDER = ["consolidate", "commit", "many_sources", "deep_phase", "fleet_overhead", "crash_recovery", "scale_out"]
+ORDER = ["consolidate", "commit", "many_sources", "deep_phase", "fleet_overhead", "crash_recovery", "scale_out",
+         "trace_cost"]
 MODULES = {name: f"bench.{name}" for name in ORDER}
 # (quick, full) pairs of runs per benchmark
 DEFAULT_REPEATS = {"consolidate": (5, 5), "commit": (3, 3), "many_sources": (3, 5), "deep_phase": (2, 3),
                    "fleet_overhead": (2, 3), "crash_recovery": (2, 3),
-                   "scale_out": (1, 1)}
+                   "scale_out": (1, 1), "trace_cost": (2, 3)}
 
 
 def main(argv=None) -> int:
@@ -57,6 +58,7 @@ def _extra(name: str, r: dict) -> str:
         "crash_recovery": ["crash_wall_s", "clean_wall_s", "crashing", "sources"],
         "deep_phase": ["deep_s", "shallow_s", "deep_pages", "shallow_pages"],
         "scale_out": ["speedup", "one_worker", "two_workers"],
+        "trace_cost": ["traced_wall_s", "off_wall_s", "traced_cpu_s", "off_cpu_s"],
     }.get(name, [])
     return ", ".join(f"{k}={r[k]}" for k in keys if k in r)
 

@@ -180,6 +180,19 @@ def freshness(deadline, as_of):
 
 
 @main.command()
+@click.argument("source")
+@_week_option
+def debug(source, week):
+    """Print the command that opens SOURCE's kept Playwright trace of a week in Playwright's trace viewer, offline."""
+    from fleet.scraping.contract import valid_name
+
+    if not valid_name(source):
+        raise click.BadParameter(f"{source!r} is not a source name (lowercase letters, digits and _)",
+                                 param_hint="SOURCE")
+    sys.exit(upkeep.debug(source, resolve_week(week)))
+
+
+@main.command()
 @click.option("--port", default=3000, show_default=True, type=click.IntRange(1, 65535))
 @click.option("--demo/--no-demo", default=None, help="Serve the demo sites too (default: when using the bundled scrapers).")
 def ui(port, demo):

@@ -219,6 +219,14 @@ def browser_startup_s() -> float:
     return env_number("FLEET_BROWSER_STARTUP_S", 90.0, minimum=1)
 
 
+def trace_mode() -> str:  # an attempt's Playwright trace is kept when it fails (default), always, or not recorded
+    return env_choice("FLEET_TRACE", "failed", ("failed", "always", "off"))
+
+
+def alert_routes_text() -> str:  # owner -> webhook URL or slack:#channel, as JSON (fleet/quality/alerts.py)
+    return _text("FLEET_ALERT_ROUTES")
+
+
 def politeness() -> dict:
     """Per domain, across the sources that reach it: at most ``concurrency`` navigations at once, at least
     ``interval_s`` seconds between their starts (fleet/scraping/politeness.py). ``shared``: where the bounds are
@@ -263,7 +271,6 @@ class Settings:
     worker_concurrency: int = 10  # sources one `fleet worker` scrapes at once (its host's cap)
     worker_lost_s: float = 30.0   # a worker holding steps that answers no ping this long is dead (fleet/defs/celery.py)
     postgres_url: str = ""      # FLEET_POSTGRES_URL: written into a new dagster.yaml as the instance's storage
-
     artifacts: str = ""         # FLEET_ARTIFACTS: where the artifact store is (a folder or s3://bucket/prefix)
 
     @property
@@ -281,13 +288,8 @@ class Settings:
         """This host's cache of a remote store's objects and its scratch (work folders): disposable."""
         return self.home / "cache" / "artifacts"
 
-    @property
-    def dagster_home(self) -> Path:
-        return self.home / "dagster"
-
-    @property
-    def clone_dir(self) -> Path:
-        return self.home / "clone"
+    dagster_home = property(lambda self: self.home / "dagster")
+    clone_dir = property(lambda self: self.home / "clone")
 
 
 def _check_home(home: Path) -> None:
@@ -322,7 +324,7 @@ def settings() -> Settings:
     workers = browser_hosts()
     max_parallel = env_number("FLEET_MAX_PARALLEL", 10, int, minimum=1)
     for check in (browser_host_idle_s, browser_host_max_sources, browser_startup_s, block_markers, politeness,
-                  freshness_deadline, alert_webhook, _check_slack, demo_latency_ms, git_config_count):
+                  freshness_deadline, alert_webhook, _check_slack, trace_mode, demo_latency_ms, git_config_count):
         check()
     return Settings(
         home=home,

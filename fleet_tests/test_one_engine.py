@@ -39,7 +39,7 @@ def test_a_fault_gives_the_same_category_and_evidence_through_canary_and_a_weekl
 
     weekly_files = sorted(p.name for p in store.local_dir(WEEK, keys.evidence_key("news")).iterdir())
     canary_files = sorted(Path(v).name for k, v in checked["evidence"].items())
-    assert weekly_files == canary_files == ["error.txt", "page.html", "screenshot.png"]
+    assert weekly_files == canary_files == ["error.txt", "page.html", "screenshot.png", "trace.zip"]
     for name in canary_files:
         assert (store.local_dir(week, f"evidence/canary/news/{name}")).stat().st_size > 0
     assert says in (store.local_dir(WEEK, keys.evidence_key("news")) / "error.txt").read_text()

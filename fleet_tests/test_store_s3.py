@@ -242,7 +242,7 @@ def _fetch(url: str) -> tuple[str, bytes]:
         return resp.headers.get("Content-Type"), resp.read()
 
 
-def test_a_failures_evidence_is_stored_and_linked_for_the_ui(s3_store, scrape_home, tmp_path):
+def test_a_failures_evidence_is_stored_and_linked_for_the_ui(s3_store, scrape_home, tmp_path, monkeypatch):
     """A source fails in real Chromium on this host; its screenshot and page reach the bucket under the
     attempt's own keys, and the raw asset's metadata links them by presigned URLs another machine's browser can
     open: the screenshot as a PNG, the page's HTML as text/plain (never rendered as a page)."""
@@ -258,7 +258,8 @@ def test_a_failures_evidence_is_stored_and_linked_for_the_ui(s3_store, scrape_ho
     assert (out.status, out.category) == ("failed", "source"), out
     prefix = f"{s3_store.url}/{WEEK}/evidence/breaks/{out.attempt}/"
     assert {k: v for k, v in out.evidence.items() if k != "page_url"} == {
-        "screenshot": prefix + "screenshot.png", "html": prefix + "page.html", "error": prefix + "error.txt"}
+        "screenshot": prefix + "screenshot.png", "html": prefix + "page.html", "error": prefix + "error.txt",
+        "trace": prefix + "trace.zip"}
     assert keys.read_outcome(s3_store, WEEK, "breaks")["evidence"] == out.evidence
 
     md = evidence_metadata(s3_store, WEEK, "breaks", out.evidence)
@@ -270,6 +271,18 @@ def test_a_failures_evidence_is_stored_and_linked_for_the_ui(s3_store, scrape_ho
     kind, error = _fetch(md["error_url"].value)
     assert b"selector rot" in error
     assert md["screenshot_object"].value == prefix + "screenshot.png"
+    kind, trace = _fetch(md["trace_url"].value)  # the Playwright trace, beside the rest
+    assert kind == "application/zip" and trace.startswith(b"PK")
+    assert md["debug"].value == f"fleet debug breaks --week {WEEK}"
+
+    # `fleet debug` fetches it from the bucket to a local file first, for the trace viewer to open
+    from fleet import upkeep
+
+    monkeypatch.setenv("FLEET_ARTIFACTS", s3_store.url)
+    lines = []
+    assert upkeep.debug("breaks", WEEK, echo=lines.append) == 0, lines
+    local = scrape_home / "debug" / WEEK / "breaks" / f"trace-{out.attempt}.zip"
+    assert local.read_bytes() == trace and any(line.endswith(f"show-trace {local}") for line in lines), lines
 
 
 def test_a_demo_week_with_its_artifacts_in_s3(fleet_env, bucket, s3_endpoint):

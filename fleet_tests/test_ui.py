@@ -320,6 +320,9 @@ def test_a_failed_source_shows_its_category_error_screenshot_and_html_on_its_pag
     html = obs["meta"]["page_html"]
     assert html.lstrip().lower().startswith(("<!doctype", "<html")), html[:200]
     page.get_by_text(html[:60], exact=False).first.wait_for()  # the markup itself, as text
+    if source == "broken_selector":  # its Playwright trace, and the command that opens it (a hang has no time left)
+        assert obs["meta"]["debug"] == f"fleet debug {source} --week {FAULT_WEEK}", obs["meta"]
+        page.get_by_text(f"fleet debug {source} --week {FAULT_WEEK}").first.wait_for()
     site.snap(f"failed-{source}")
     dialog = ui.open_markdown(page)
     img = dialog.locator("img").first

@@ -83,9 +83,11 @@ def run_source_checks(source: Source, week: str, store, attempt: str) -> list:
     return outcomes
 
 
-def alert_week(context, store, week: str, sources: list[str], alerts: Alerts, limits: dict | None = None) -> list:
+def alert_week(context, store, week: str, sources: list[str], alerts: Alerts, limits: dict | None = None,
+               owners: dict | None = None) -> list:
     """Turn the week's failed checks and missing sources into alerts, once each (the ledger dedups reruns); a
-    source in quarantine raises one alert, in the week it got there (``limits``: its ``quarantine_after``)."""
+    source in quarantine raises one alert, in the week it got there (``limits``: its ``quarantine_after``). A
+    source's alerts go to its owner's route (``owners``: source -> owner; fleet/quality/alerts.py)."""
     found = []
     for name in sources:
         failed = [qc.CheckOutcome(**r) for r in (store.read_json(week, checks_key(name)) or []) if not r["passed"]]
@@ -101,7 +103,7 @@ def alert_week(context, store, week: str, sources: list[str], alerts: Alerts, li
                     if not (r["check"] == "missing" and r.get("status") == "not run") and r.get("source") not in skipped]
     found += alerting.from_week_checks(week, week_results, run_id=context.run_id)
     found += quarantine.alerts(store, week, limits or {}, context.run_id)
-    sent = alerting.deliver(found, alerts.home, webhook=alerts.webhook or "")
+    sent = alerting.deliver(found, alerts.home, webhook=alerts.webhook or "", owners=owners)
     for a in sent:
         context.log.warning(f"[run {context.run_id}] [{a.source or 'week'}] ALERT {a.severity} {a.check}: {a.message}")
     return sent
@@ -219,7 +221,7 @@ def _raw_compute(source: Source, crash_reruns: int):
             out = run_source(source, week, store=store, run_id=context.run_id, deep=config.deep,
                              timeout_s=config.timeout_s, refresh=config.refresh, reexecution=reexecution,
                              retry={"attempts": config.retry_attempts}, forced=forced, log=context.log,
-                             settings=browser.engine_settings())
+                             settings=browser.engine_settings(), judge_trace=True)
         common = {
             "fleet/status": out.status, "seconds": float(out.seconds), "pages": out.pages,
             "url": MetadataValue.text(out.url or "-"), "fleet/host": MetadataValue.text(host_label()),
@@ -246,8 +248,10 @@ def _raw_compute(source: Source, crash_reruns: int):
         with storage_failures(context, source.name, store):
             outcomes = run_source_checks(source, week, store, out.attempt)
         coverage = next((o.metadata for o in outcomes if o.name == "coverage"), {})
+        # rows the quality gate holds out keep the attempt's Playwright trace, as a failure does
+        held = scrape_outcome.settle_trace(store, week, out, bool(gate.blocking_failures(store, week, source.name)))
         yield MaterializeResult(
-            metadata={**common, "dagster/row_count": out.rows, "path": MetadataValue.path(store.location(week, keys.raw_key(source.name, out.attempt))),
+            metadata={**common, **(evidence_metadata(store, week, source.name, held) if held else {}), "dagster/row_count": out.rows, "path": MetadataValue.path(store.location(week, keys.raw_key(source.name, out.attempt))),
                       "reused": out.reused,
                       **{k: float(v) for k, v in coverage.items() if k.startswith("coverage/") and v is not None}})
         # The checks follow the materialization they evaluate, each naming its asset and check. Embedded in the
@@ -275,11 +279,13 @@ def _check_specs(key: AssetKey, partitions_def) -> list:
                 for name, text in SOURCE_CHECKS.items()]
 
 
-def raw_asset(source: Source, partitions_def, crash_reruns: int):
-    """``raw/<source>``: its own op, so its own step and process, with the source's checks."""
+def raw_asset(source: Source, partitions_def, crash_reruns: int, freshness=None):
+    """``raw/<source>``: its own op, so its own step and process, with the source's four checks, its freshness
+    policy (from the schedule: fleet/defs/automation.py) and its owner."""
     key = AssetKey(["raw", source.name])
     return asset(
-        retry_policy=crash_retry_policy(crash_reruns),
+        retry_policy=crash_retry_policy(crash_reruns), freshness_policy=freshness,
+        owners=[source.owner] if source.owner else None,
         key=key, partitions_def=partitions_def, pool="scrapers", group_name=RAW_GROUP,
         description=source.description, kinds={"playwright", "parquet"},
         check_specs=_check_specs(key, partitions_def),
@@ -287,8 +293,8 @@ def raw_asset(source: Source, partitions_def, crash_reruns: int):
     )(_raw_compute(source, crash_reruns))
 
 
-def raw_assets(sources: list[Source], partitions_def, crash_reruns: int) -> list:
-    return [raw_asset(source, partitions_def, crash_reruns) for source in sources]
+def raw_assets(sources: list[Source], partitions_def, crash_reruns: int, freshness=None) -> list:
+    return [raw_asset(source, partitions_def, crash_reruns, freshness) for source in sources]
 
 
 def publish_assets(sources: list[Source], partitions_def):
@@ -305,7 +311,8 @@ def publish_assets(sources: list[Source], partitions_def):
         if released:  # `fleet release`, or the tag on a publish run launched from the UI
             gate.release(store, week, released, by=context.run_id, note=context.run.tags.get(gate.RELEASE_NOTE_TAG, ""))
         summary = consolidate(store, week, names, carry={s.name: s.carry_forward_weeks for s in sources if s.carry_forward})
-        alert_week(context, store, week, names, alerts, {s.name: s.quarantine_after for s in sources})
+        alert_week(context, store, week, names, alerts, {s.name: s.quarantine_after for s in sources},
+                   {s.name: s.owner for s in sources})
         if summary["rows"] == 0 and summary.get("held"):
             raise Failure(description=f"nothing to commit for week {week}: the quality gate held every source with "
                                       f"rows ({', '.join(sorted(summary['held']))}); `fleet release` commits them",

@@ -1,8 +1,10 @@
 """Schedule and run-status sensors: the weekly tick, crash re-execution, and consolidation after the scrape stage."""
 from __future__ import annotations
 
+import datetime as dt
+
 from dagster import (
-    DagsterRunStatus, DefaultScheduleStatus, DefaultSensorStatus, RunRequest, RunStatusSensorContext,
+    DagsterRunStatus, DefaultScheduleStatus, DefaultSensorStatus, FreshnessPolicy, RunRequest, RunStatusSensorContext,
     ScheduleEvaluationContext, SkipReason, run_status_sensor, schedule,
 )
 
@@ -10,7 +12,20 @@ from fleet import records
 from fleet.policy import taxonomy as tx
 from fleet.defs.runworker import LOST_TAG
 from fleet.policy.followup import follow_up_request
-from fleet.weeks import last_complete_week
+from fleet.weeks import Deadline, last_complete_week
+
+# The weekly tick: Monday 06:00 UTC, for the week that ended on Sunday.
+SCHEDULE_CRON, SCHEDULE_AFTER_WEEK = "0 6 * * 1", dt.timedelta(hours=6)
+
+
+def raw_freshness(deadline: Deadline) -> FreshnessPolicy:
+    """Each raw asset's freshness in the UI, from the schedule: materialized between the weekly tick and the
+    week's deadline (FLEET_FRESHNESS_DEADLINE, ``mon 12:00`` by default), else it fails its policy until it is.
+    A deadline before the tick allows the whole week before it."""
+    due = dt.timedelta(days=deadline.day, hours=deadline.hour, minutes=deadline.minute)
+    window = due - SCHEDULE_AFTER_WEEK if due - SCHEDULE_AFTER_WEEK >= dt.timedelta(minutes=1) else dt.timedelta(days=7)
+    return FreshnessPolicy.cron(deadline_cron=f"{deadline.minute} {deadline.hour} * * {(deadline.day + 1) % 7}",
+                                lower_bound_delta=window, timezone="UTC")
 
 
 def _follow(context: RunStatusSensorContext, crash_reruns: int, artifacts):
@@ -47,7 +62,7 @@ def build_automation(scrape_job, publish_job, crash_reruns: int, artifacts):
         """After a scrape-only run succeeds, consolidate and commit the week."""
         return _follow(context, crash_reruns, artifacts)
 
-    @schedule(job=scrape_job, cron_schedule="0 6 * * 1", execution_timezone="UTC", name="weekly_fleet",
+    @schedule(job=scrape_job, cron_schedule=SCHEDULE_CRON, execution_timezone="UTC", name="weekly_fleet",
               default_status=DefaultScheduleStatus.STOPPED)
     def weekly_fleet(context: ScheduleEvaluationContext):
         """Every Monday, scrape the week that just ended (the tick's own time, never the wall clock)."""

@@ -3,9 +3,9 @@ from __future__ import annotations
 
 from dagster import AssetSelection, Definitions, define_asset_job, in_process_executor, multiprocess_executor
 
-from fleet.config import Settings, scraper_dirs, settings
+from fleet.config import Settings, freshness_deadline, scraper_dirs, settings
 from fleet.defs.assets import PUBLISH_GROUP, RAW_GROUP, partitions, publish_assets, raw_assets
-from fleet.defs.automation import build_automation
+from fleet.defs.automation import build_automation, raw_freshness
 from fleet.defs.canary import build_canary
 from fleet.defs.executor import fleet_executor
 from fleet.defs.resources import from_settings
@@ -21,7 +21,7 @@ def build_defs(s: Settings | None = None) -> Definitions:
     s = s or settings()
     sources = discover(scraper_dirs())
     parts = partitions(s.start_week)
-    raw = raw_assets(sources, parts, s.crash_reruns)
+    raw = raw_assets(sources, parts, s.crash_reruns, raw_freshness(freshness_deadline()))
     publish = publish_assets(sources, parts)
     scrape_job = define_asset_job("scrape_week", selection=AssetSelection.groups(RAW_GROUP),
                                   description="Scrape every source for one week (raw/<source> assets).")

@@ -2,9 +2,10 @@
 
 Inline: the screenshot as a markdown image (the UI's markdown allows ``data:`` images) and the page's HTML as
 plain text: it is third-party content, never handed to the operator's browser as HTML. Linked: for a local store
-the files' paths (``screenshot_file``, ``html_file``, ``evidence_dir``); for a remote one, presigned https links
-another machine's browser can open (``screenshot_url``; ``html_url`` and ``error_url`` served as text/plain),
-next to the objects' s3:// URLs (``*_object``)."""
+the files' paths (``screenshot_file``, ``html_file``, ``trace_file``, ``evidence_dir``); for a remote one, presigned
+https links another machine's browser can open (``screenshot_url``, ``trace_url``; ``html_url`` and ``error_url``
+served as text/plain), next to the objects' s3:// URLs (``*_object``). ``debug``: the command that opens the
+attempt's Playwright trace offline (``fleet debug SOURCE --week W``)."""
 from __future__ import annotations
 
 import base64
@@ -14,7 +15,7 @@ from dagster import AssetObservation, MetadataValue
 from fleet.storage import store as keys
 
 LINK_TYPES = {"screenshot": "image/png", "html": "text/plain; charset=utf-8", "error": "text/plain; charset=utf-8",
-              "stack": "text/plain; charset=utf-8"}
+              "stack": "text/plain; charset=utf-8", "trace": "application/zip"}
 # Inline up to this size: a full-page screenshot is ~100 KB; a huge one stays a link, not event-log bulk.
 SCREENSHOT_INLINE_MAX = 1_000_000
 HTML_SHOWN_MAX = 20_000
@@ -46,7 +47,8 @@ def inline(store, evidence: dict) -> dict:
 
 def links(store, week: str, source: str, evidence: dict) -> dict:
     if not any(str(v or "").startswith("s3://") for v in evidence.values()):
-        out = {f"{what}_file": MetadataValue.path(evidence[what]) for what in ("screenshot", "html") if evidence.get(what)}
+        out = {f"{what}_file": MetadataValue.path(evidence[what]) for what in ("screenshot", "html", "trace")
+               if evidence.get(what)}
         return {**out, "evidence_dir": MetadataValue.path(store.location(week, keys.evidence_key(source)))}
     out = {}
     for what, content_type in LINK_TYPES.items():
@@ -61,7 +63,8 @@ def links(store, week: str, source: str, evidence: dict) -> dict:
 
 def evidence_metadata(store, week: str, source: str, evidence: dict) -> dict:
     """The metadata of a failure's ``evidence`` (what the runner stored: name -> location)."""
-    return {**links(store, week, source, evidence), **inline(store, evidence)}
+    debug = {"debug": MetadataValue.text(f"fleet debug {source} --week {week}")} if evidence.get("trace") else {}
+    return {**links(store, week, source, evidence), **inline(store, evidence), **debug}
 
 
 def failure_observation(key, week: str, category: str, error: str, metadata: dict) -> AssetObservation:

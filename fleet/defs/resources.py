@@ -91,7 +91,11 @@ class Alerts(ConfigurableResource):
 
 
 def from_settings(s: Settings) -> dict:
-    """The resources for settings ``s``, keyed as the assets ask for them."""
+    """The resources for settings ``s``, keyed as the assets ask for them. A bad FLEET_ALERT_ROUTES is refused here,
+    as the definitions load (every command, the UI and each worker), not at the first alert."""
+    from fleet.quality.alerts import parse_routes
+
+    parse_routes(config.alert_routes_text())
     return {
         "data_repo": DataRepository(remote=s.data_remote, branch=s.branch, prefix=s.prefix,
                                     token=EnvVar(TOKEN_VAR) if s.git_token else None, token_file=git_token_file(),

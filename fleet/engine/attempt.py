@@ -2,7 +2,7 @@
 is killed as a whole at the hard timeout. :func:`scrape` runs one attempt in the browser it is given: a browser host
 (host.py) calls it source after source; a process of its own (``python -m fleet.engine.attempt SPEC.json``) runs
 :func:`run` once. Rows are streamed to a spool file, so a timeout keeps what was collected; a failure keeps a
-screenshot, the page's HTML and its error (evidence.py)."""
+screenshot, the page's HTML, its error and its Playwright trace (evidence.py)."""
 from __future__ import annotations
 
 import asyncio
@@ -30,7 +30,7 @@ from fleet.errors import BlockedError, NavigationError
 from fleet.scraping.contract import ScrapeContext
 from fleet.scraping.discovery import Source, load_module
 from fleet.scraping.politeness import Politeness
-from fleet.engine.evidence import capture, dump_stacks_on_request, stop_dumping_stacks
+from fleet.engine.evidence import capture, dump_stacks_on_request, start_trace, stop_dumping_stacks, stop_trace
 from fleet.engine.procs import private_tmp
 from fleet.scraping.retry import RetryPolicy
 from fleet.storage import provenance
@@ -157,6 +157,7 @@ async def scrape(own: OwnBrowser, spec: dict) -> dict:
         missing: list[str] = []  # what a replay asked for that its HAR does not hold
         try:
             context = await open_context(browser, spec, missing)
+            tracing = await start_trace(context, spec, log)  # never raises: the attempt goes on without a trace
             page = await context.new_page()
         except Exception as exc:  # no scraper code has run: the browser is gone, or will not give it a context
             died = await _browser_died(browser, gone, exc)  # its "disconnected" can come just after the error
@@ -263,6 +264,11 @@ async def scrape(own: OwnBrowser, spec: dict) -> dict:
             with contextlib.suppress(OSError):  # a full disk: the result below still says why
                 (evidence_dir / "error.txt").parent.mkdir(parents=True, exist_ok=True)
                 (evidence_dir / "error.txt").write_text(result.get("traceback") or result.get("error", ""))
+        if tracing:  # after the screenshot and page: within what is left before the hard kill
+            failed = result["status"] not in ("ok", "empty")
+            trace = await stop_trace(context, spec, failed, log, start + spec["timeout_s"] - time.monotonic() - 1.5)
+            if trace:
+                result["evidence"] = {**(result.get("evidence") or {}), "trace": trace}
         result.update(rows=count, pages=ctx.pages_visited, url=result.get("url") or ctx.last_url,
                       seconds=round(time.monotonic() - start, 3),
                       domains=ctx.politeness.summary() if ctx.politeness else {})  # robots.txt, 429s: politeness.py

@@ -1,10 +1,12 @@
-"""Evidence of a failed attempt, taken in its attempt process: the page's HTML and screenshot, and the Python stacks
-of the process's threads when the runner is about to kill it at its hard limit."""
+"""Evidence of a failed attempt, taken in its attempt process: the page's HTML and screenshot, its Playwright trace
+(``trace.zip``), and the Python stacks of the process's threads when the runner is about to kill it at its hard
+limit."""
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import faulthandler
+import os
 import signal
 import time
 from pathlib import Path
@@ -69,6 +71,50 @@ async def capture(page, evidence_dir: Path, log, budget_s: float) -> dict:
     except Exception:
         pass
     return out
+
+
+TRACE = "trace.zip"  # the attempt's Playwright trace, in its evidence folder: `fleet debug SOURCE --week W` opens it
+
+
+async def start_trace(context, spec: dict, log) -> bool:
+    """Record the attempt's Playwright trace (screenshots, DOM snapshots, network, the scraper's actions and their
+    call log) unless ``FLEET_TRACE=off``. A trace that cannot start is logged; the attempt goes on without it."""
+    if spec.get("trace", "failed") == "off":
+        return False
+    try:
+        await asyncio.wait_for(context.tracing.start(screenshots=True, snapshots=True, sources=False), 10)
+        return True
+    except Exception as exc:
+        log.warning("could not start the attempt's trace: %s", first_line(exc))
+        return False
+
+
+async def stop_trace(context, spec: dict, failed: bool, log, budget_s: float) -> str | None:
+    """End the trace. Kept (its path returned) when the attempt failed or was blocked, in the evidence folder; on
+    success too under ``FLEET_TRACE=always``, else written to ``pending_trace`` in the work folder for the quality
+    gate to keep if it holds the rows out (outcome.settle_trace). Never raises: a trace that cannot be written is
+    logged, and no half-written file is left under its name."""
+    keep = failed or spec.get("trace") == "always"
+    pending = spec.get("pending_trace")
+    target = Path(spec["evidence_dir"]) / TRACE if keep else Path(pending) if pending else None
+    part = target.with_name(f".{target.name}.part") if target else None
+    if part is not None and budget_s < 1.0:  # the hard kill is near: a zip cut short would be worth nothing
+        log.warning("no time left before the hard limit to save the attempt's trace")
+        return None
+    try:
+        if part is None:
+            await asyncio.wait_for(context.tracing.stop(), max(0.5, budget_s))
+            return None
+        part.parent.mkdir(parents=True, exist_ok=True)
+        await asyncio.wait_for(context.tracing.stop(path=str(part)), max(0.5, min(20.0, budget_s)))
+        os.replace(part, target)
+        return str(target) if keep else None
+    except Exception as exc:
+        log.warning("could not save the attempt's trace: %s", first_line(exc))
+        if part is not None:
+            with contextlib.suppress(OSError):
+                part.unlink()
+        return None
 
 
 _stack_file = None

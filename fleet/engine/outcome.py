@@ -4,10 +4,12 @@ the attempt's own keys."""
 from __future__ import annotations
 
 import dataclasses
+import os
 from pathlib import Path
 from typing import Any
 
 from fleet.errors import BadRowError
+from fleet.engine.evidence import TRACE
 from fleet.engine.spec import Attempt
 from fleet.scraping.discovery import Source
 from fleet.engine.supervise import Supervised
@@ -151,3 +153,19 @@ def finish(source: Source, week: str, store: ArtifactStore, run_id: str, attempt
                     out.status = "ok" if frame.height else "empty"
     keys.write_outcome(store, week, out.to_json())
     return out
+
+
+def settle_trace(store: ArtifactStore, week: str, out: Outcome, held: bool) -> dict:
+    """The trace a successful attempt left in the work folder (``judge_trace``): kept as its evidence, and named in
+    its stored outcome, when the quality gate holds its rows out (``held``), else deleted. Returns the evidence."""
+    pending = store.local_dir(week, keys.spool_key(out.source)) / f"trace-{out.attempt}.zip"
+    if not pending.is_file() or not held:
+        pending.unlink(missing_ok=True)
+        return out.evidence
+    folder = store.local_dir(week, keys.evidence_key(out.source))
+    folder.mkdir(parents=True, exist_ok=True)
+    os.replace(pending, folder / TRACE)
+    out.evidence = store.save_evidence(week, keys.evidence_key(out.source), out.attempt,
+                                       {**out.evidence, "trace": str(folder / TRACE)})
+    keys.write_outcome(store, week, out.to_json())
+    return out.evidence

@@ -23,7 +23,8 @@ __all__ = ["Outcome", "Trial", "EngineSettings", "run_source"]
 
 def run_source(source: Source, week: str, *, store: ArtifactStore, run_id: str, settings: EngineSettings,
                deep: bool = False, timeout_s: float | None = None, retry: dict | None = None, refresh: bool = False,
-               reexecution: bool = False, forced: str | None = None, log=None, trial: Trial | None = None) -> Outcome:
+               reexecution: bool = False, forced: str | None = None, log=None, trial: Trial | None = None,
+               judge_trace: bool = False) -> Outcome:
     """Scrape ``source`` for ``week`` (reusing a stored complete artifact unless ``refresh``), store and return its
     outcome. ``settings`` says which Chromium to launch and how attempt processes are kept (:class:`EngineSettings`).
 
@@ -32,7 +33,8 @@ def run_source(source: Source, week: str, *, store: ArtifactStore, run_id: str, 
     rerun run), which resumes from what the crashed attempt left, as any re-execution does. ``forced``: the date
     a past week is scraped on under ``fleet/force=true`` (fleet/policy/pastweek.py), kept in its outcome so the
     week's commit says so. ``trial``: what a lifecycle command (`fleet test`, `canary`, ...) changes about the
-    attempt (its network, its first rows); the attempt is otherwise this one, run the same way."""
+    attempt (its network, its first rows); the attempt is otherwise this one, run the same way. ``judge_trace``:
+    a successful attempt's trace waits in the work folder for the caller's quality gate (outcome.settle_trace)."""
     log_line = (log.info if log else (lambda *a: None))
     prefix = f"[run {run_id}] [{source.name}]"
     previous = keys.stored_complete(store, week, source.name, deep=deep)
@@ -62,7 +64,7 @@ def run_source(source: Source, week: str, *, store: ArtifactStore, run_id: str, 
         return outcome.failed(store, source.name, week, run_id, msg, "source")
 
     attempt = new_attempt(source, week, store=store, run_id=run_id, deep=deep, timeout=timeout, retry=retry,
-                          settings=settings, trial=trial)
+                          settings=settings, trial=trial, judge_trace=judge_trace)
     warm = settings.browser_hosts == "warm" and not (source.own_process or source.own_browser)
     try:
         proc, how = supervise.start(attempt, settings, warm)

@@ -57,7 +57,10 @@ class Attempt:
 
 
 def new_attempt(source: Source, week: str, *, store: ArtifactStore, run_id: str, deep: bool, timeout: float,
-                retry: dict | None, settings: EngineSettings, trial: Trial | None = None) -> Attempt:
+                retry: dict | None, settings: EngineSettings, trial: Trial | None = None,
+                judge_trace: bool = False) -> Attempt:
+    """``judge_trace``: a successful attempt's trace is written to ``pending_trace`` for the quality gate to keep
+    if it holds the rows out (outcome.settle_trace); else it is dropped (``FLEET_TRACE=always``: kept)."""
     attempt = keys.new_attempt_id()
     work = store.workdir(week, keys.spool_key(source.name))
     replay = bool(trial and trial.replay_har)
@@ -73,6 +76,7 @@ def new_attempt(source: Source, week: str, *, store: ArtifactStore, run_id: str,
         "output_path": str(work / f"output-{attempt}.log"),
         "structure_path": str(work / f"structure-{attempt}.json"),
         "evidence_dir": str(store.local_dir(week, keys.evidence_key(source.name))),
+        "trace": config.trace_mode(), "pending_trace": str(work / f"trace-{attempt}.zip") if judge_trace else None,
         "node_cache": str(settings.node_cache or ""),
         "tmp_root": str(tmp_root(settings.hosts_dir, sandbox.for_attempt(settings, source.module_path).uid)),
         "step_pid": os.getpid(),

@@ -74,5 +74,5 @@ def check(sources: list[Source], store: ArtifactStore, home: Path, webhook: str 
                     evidence={**evidence, "error": error, **({"url": got["url"]} if got.get("url") else {})},
                     last_good_week=last_good_week(store, src.name, week), run_id=None))
         out.append(Checked(src.name, "pass" if ok else "fail", got["rows"], got["seconds"], detail))
-    alerting.deliver(found, home, webhook=webhook)
+    alerting.deliver(found, home, webhook=webhook, owners={s.name: s.owner for s in sources})
     return out

@@ -10,6 +10,10 @@ Sinks: the JSONL log always; a webhook (``webhook=`` or ``FLEET_ALERT_WEBHOOK``)
 channel or ``FLEET_ALERT_SLACK``, token ``FLEET_SLACK_TOKEN``) through dagster-slack (the ``slack`` extra), which
 ``config.settings()`` refuses to start without; a delivery that finds it missing all the same skips it with a
 warning. An alert whose webhook failed still counts as delivered (it is in the log) and is not resent.
+
+Routes: an alert about a source whose scraper names an ``owner`` (fleet/scraping/contract.py) goes to that owner's
+route in FLEET_ALERT_ROUTES (a JSON object, owner -> webhook URL or ``slack:#channel``) instead of the default
+webhook and Slack channel; an unowned source, an owner without a route, and a week's alert go to the default.
 """
 from __future__ import annotations
 
@@ -47,6 +51,7 @@ class Alert:
     evidence: dict            # {"screenshot": path, "html": path} when known
     last_good_week: str | None
     run_id: str | None = None
+    owner: str | None = None  # the source's owner, when its scraper names one: its alert went to the owner's route
 
     @property
     def key(self) -> str:
@@ -184,15 +189,48 @@ def _post_slack(client, channel: str, alert: Alert) -> str | None:
 # ------------------------------------------------------------------------------------------ delivery
 
 
-def deliver(alerts: list[Alert], home: Path, *, webhook: str | None = None, slack: str | None = None) -> list[Alert]:
+def parse_routes(text: str, setting: str = "FLEET_ALERT_ROUTES") -> dict[str, str]:
+    """``text`` (a JSON object, owner -> an http(s) webhook URL or ``slack:#channel``) as a dict; anything else is
+    a FleetError naming ``setting`` and the entry at fault."""
+    from fleet.errors import FleetError
+    from fleet.scraping.contract import valid_owner
+
+    try:
+        routes = json.loads(text) if text.strip() else {}
+    except ValueError as exc:
+        raise FleetError(f"{setting} must be a JSON object of owner -> webhook URL or slack:#channel: {exc}") from None
+    if not isinstance(routes, dict):
+        raise FleetError(f"{setting} must be a JSON object of owner -> webhook URL or slack:#channel, got {text!r}")
+    for owner, route in routes.items():
+        if not valid_owner(owner):
+            raise FleetError(f"{setting}: {owner!r} is not an owner (an email address, or team:NAME)")
+        if not isinstance(route, str) or not (route.lower().startswith(("http://", "https://"))
+                                              or (route.startswith("slack:") and len(route) > 6)):
+            raise FleetError(f"{setting}: the route of {owner!r} must be an http(s) URL or slack:#channel, "
+                             f"got {route!r}")
+    if any(r.startswith("slack:") for r in routes.values()):
+        config.require_extra("dagster_slack", "slack", f"a slack: route in {setting}")
+        if not config.slack_token():
+            raise FleetError(f"a slack: route in {setting} needs FLEET_SLACK_TOKEN, the token of a Slack app")
+    return routes
+
+
+def deliver(alerts: list[Alert], home: Path, *, webhook: str | None = None, slack: str | None = None,
+            owners: dict[str, str | None] | None = None, routes: dict[str, str] | None = None) -> list[Alert]:
     """Send the alerts not sent before (by source, week, check, severity); return those newly sent.
 
     ``webhook``/``slack`` default to ``FLEET_ALERT_WEBHOOK``/``FLEET_ALERT_SLACK``; pass ``""`` to disable.
+    ``owners``: source -> its scraper's owner; ``routes``: owner -> route (default: FLEET_ALERT_ROUTES). A source
+    whose owner has a route is alerted there alone; the others by the default webhook and Slack channel.
     """
     if webhook is None:
         webhook = config.alert_webhook()
     if slack is None:
         slack = config.alert_slack()
+    if routes is None:
+        routes = parse_routes(config.alert_routes_text())
+    owners = owners or {}
+    alerts = [dataclasses.replace(a, owner=owners.get(a.source)) if owners.get(a.source) else a for a in alerts]
     folder = Path(home) / "alerts"
     log_path = folder / "alerts.jsonl"
     sent: list[Alert] = []
@@ -205,21 +243,28 @@ def deliver(alerts: list[Alert], home: Path, *, webhook: str | None = None, slac
                 todo.append(alert)
         if not todo:
             return []
-        client = _slack_client(slack) if slack else None
-        webhook_down: str | None = None
+        clients: dict[str, Any] = {}
+        down: dict[str, str] = {}  # webhook URL -> why it was unreachable earlier in this batch
         for alert in todo:
             record = {**alert.to_json(), "sent_at": utc_now().isoformat(timespec="seconds")}
-            if webhook:
-                err = f"skipped: webhook unreachable earlier in this batch ({webhook_down})" if webhook_down \
-                    else _post_webhook(webhook, alert)
+            route = routes.get(alert.owner) if alert.owner else None
+            hook, channel = (webhook, slack) if route is None else \
+                (None, route[len("slack:"):]) if route.startswith("slack:") else (route, None)
+            if route is not None:
+                record["route"] = alert.owner
+            if hook:
+                err = f"skipped: webhook unreachable earlier in this batch ({down[hook]})" if hook in down \
+                    else _post_webhook(hook, alert)
                 if err:
                     record["webhook_error"] = err
-                    if not webhook_down:
+                    if hook not in down:
                         log.warning("alert webhook failed for %s: %s", alert.key, err)
                         if not err.startswith("HTTP "):
-                            webhook_down = err
-            if client is not None:
-                err = _post_slack(client, slack, alert)
+                            down[hook] = err
+            if channel and channel not in clients:
+                clients[channel] = _slack_client(channel)
+            if channel and clients[channel] is not None:
+                err = _post_slack(clients[channel], channel, alert)
                 if err:
                     record["slack_error"] = err
                     log.warning("slack alert failed for %s: %s", alert.key, err)
@@ -245,7 +290,7 @@ def _line(alert: Alert) -> str:
         extra.append(f"category {alert.category}")
     if alert.last_good_week:
         extra.append(f"last good week {alert.last_good_week}")
-    for kind in ("screenshot", "html"):
+    for kind in ("screenshot", "html", "trace"):
         if alert.evidence.get(kind):
             extra.append(f"{kind} {alert.evidence[kind]}")
     tail = f" ({'; '.join(extra)})" if extra else ""

@@ -33,6 +33,11 @@ def valid_name(name) -> bool:
     return isinstance(name, str) and len(name) <= NAME_MAX and NAME_RE.match(name) is not None
 
 
+def valid_owner(owner) -> bool:  # as Dagster's asset owners: an email, or a team name prefixed with "team:"
+    return isinstance(owner, str) and bool(re.fullmatch(r"[A-Za-z0-9._%+-]+@[A-Za-z0-9.-]+\.[A-Za-z]{2,7}"
+                                                         r"|team:[A-Za-z0-9][A-Za-z0-9_.-]*", owner))
+
+
 class Scraper:
     """Base class of a source. Subclass it in a module under ``scrapers/``.
 
@@ -60,6 +65,8 @@ class Scraper:
                  every source of this host that visits those domains after it
       obey_robots, obey_robots_reason  ``ctx.goto`` obeys the site's robots.txt (fleet/scraping/robots.py) unless
                  ``obey_robots = False``, which needs a reason (recorded in the source's metadata)
+      owner      who answers for the source: an email or ``team:NAME`` (Dagster's owners); its alerts go to the
+                 owner's route in FLEET_ALERT_ROUTES (fleet/quality/alerts.py), else the default one
     The class docstring becomes the asset's description in the UI.
     """
 
@@ -78,6 +85,7 @@ class Scraper:
     polite_interval_s: ClassVar[float | None] = None
     obey_robots: ClassVar[bool] = True
     obey_robots_reason: ClassVar[str] = ""
+    owner: ClassVar[str | None] = None
     # Volume check thresholds (#8), overridable per scraper.
     volume_warn_ratio: ClassVar[float] = 0.5
     volume_error_ratio: ClassVar[float] = 0.1
@@ -143,6 +151,10 @@ class Scraper:
         if not isinstance(obey, bool) or not obey and not (isinstance(why, str) and why.strip()):
             raise ScraperDefinitionError(f"scraper {name!r}: obey_robots must be True, or False with a reason in "
                                          f"obey_robots_reason, got obey_robots={obey!r}, obey_robots_reason={why!r}")
+        owner = getattr(cls, "owner", None)
+        if owner is not None and not valid_owner(owner):
+            raise ScraperDefinitionError(f"scraper {name!r}: owner must be an email address or a team name "
+                                         f"prefixed with 'team:' (team:data), got {owner!r}")
         import inspect
 
         if not inspect.isasyncgenfunction(cls.scrape) or cls.scrape is Scraper.scrape:

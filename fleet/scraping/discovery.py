@@ -33,6 +33,7 @@ class Source:
     carry_forward_weeks: int = 2
     obey_robots: bool = True
     obey_robots_reason: str = ""
+    owner: str | None = None  # an email or team:NAME: the asset's owner, and where its alerts go
 
     @property
     def broken(self) -> bool:
@@ -157,7 +158,8 @@ def _scan(path: Path, module, sources: list[Source], broken: list[_Placeholder])
                          own_browser=cls.own_browser, own_process=cls.own_process,
                          quarantine_after=cls.quarantine_after, carry_forward=cls.carry_forward,
                          carry_forward_weeks=cls.carry_forward_weeks, obey_robots=cls.obey_robots,
-                         obey_robots_reason=cls.obey_robots_reason)
+                         obey_robots_reason=cls.obey_robots_reason,
+                         owner=cls.owner)
         except ScraperDefinitionError as exc:
             broken.append(_Placeholder(path, f"scraper module {path.name}: {exc}", attr))
         except Exception as exc:  # anything a class can raise when its attributes are read

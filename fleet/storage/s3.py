@@ -19,7 +19,8 @@ from fleet import config
 from fleet.errors import FleetError
 from fleet.storage.store import STORE_SETTING, ArtifactStore
 
-CONTENT_TYPES = {".png": "image/png", ".json": "application/json", ".parquet": "application/vnd.apache.parquet"}
+CONTENT_TYPES = {".png": "image/png", ".json": "application/json", ".parquet": "application/vnd.apache.parquet",
+                 ".zip": "application/zip"}
 TEXT = "text/plain; charset=utf-8"  # page HTML is a third party's: never served to a browser as a page
 
 
