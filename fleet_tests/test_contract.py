@@ -210,7 +210,7 @@ def test_a_bad_retry_attempts_reaching_the_worker_fails_before_the_browser_is_us
     (tmp_path / "one.py").write_text(GOOD.format(name="one"))
     spec = {"source": "one", "module_path": str(tmp_path / "one.py"), "class_name": "Good", "timeout_s": 30,
             "work_dir": str(tmp_path), "evidence_dir": str(tmp_path / "evidence"), "spool_path": str(tmp_path / "rows"),
-            "ready_path": str(tmp_path / "ready"), "week": "2026-11-16", "run_id": "r", "deep": False,
+            "ready_path": str(tmp_path / "ready"), "result_path": str(tmp_path / "result.json"), "week": "2026-11-16", "run_id": "r", "deep": False,
             "retry": {"attempts": 0}}
     with pytest.raises(ValueError) as raised:
         asyncio.run(worker.scrape(None, spec))  # fails before it asks the browser for anything
