@@ -8,6 +8,7 @@ import subprocess
 import sys
 import urllib.request
 import zipfile
+from pathlib import Path
 
 from fleet.demo.newsroom import SCRAPER, Newsroom
 from fleet.engine import outcome
@@ -31,8 +32,9 @@ def _run(home, source, **kw):
                       **kw), store
 
 
-def _viewer_serves(command: str, env: dict) -> str:
-    """Run the printed show-trace command as a server (no display here) and fetch the viewer and the trace from it."""
+def _viewer_serves(command: str, env: dict, shots: str | None = None) -> str:
+    """Run the printed show-trace command as a server (no display here), fetch the viewer and the trace from it, and
+    open the viewer in Chromium: it lists the scraper's failed call (kept as trace-viewer.png under ``shots``)."""
     proc = subprocess.Popen(shlex.split(command) + ["--host", "127.0.0.1", "--port", "0"], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
     try:
@@ -47,13 +49,37 @@ def _viewer_serves(command: str, env: dict) -> str:
         with urllib.request.urlopen(page.url.split("/trace/index.html")[0] + "/trace/"
                                     + urllib.request.unquote(trace_query), timeout=30) as served:
             zip_bytes = served.read()
+        _viewer_shows_the_failed_call(page.url, shots)
         return html, zip_bytes
     finally:
         os.killpg(proc.pid, 15)
         proc.wait(10)
 
 
-def test_a_failed_attempt_keeps_a_trace_that_fleet_debug_opens_offline(scrape_home, tmp_path, monkeypatch):
+def _viewer_shows_the_failed_call(url: str, shots: str | None) -> None:
+    from playwright.sync_api import sync_playwright
+
+    from fleet.config import chromium_path
+
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=chromium_path())
+        try:
+            page = browser.new_page(viewport={"width": 1280, "height": 800})
+            page.goto(url)
+            # the actions list names the scraper's call that failed, with its locator
+            failed = page.get_by_text(re.compile(r'locator\("li\.story \.headline"\)')).first
+            failed.wait_for(timeout=30_000)
+            failed.click()  # its call log, its error and the page's snapshot at that moment
+            # the Call tab now shows that call: its locator and its 3 s timeout
+            page.get_by_text('Wait for selector locator("li.story .headline")', exact=True).first.wait_for(timeout=30_000)
+            if shots:
+                Path(shots, "test_traces").mkdir(parents=True, exist_ok=True)
+                page.screenshot(path=str(Path(shots, "test_traces", "trace-viewer.png")))
+        finally:
+            browser.close()
+
+
+def test_a_failed_attempt_keeps_a_trace_that_fleet_debug_opens_offline(scrape_home, tmp_path, monkeypatch, request):
     source = _news(tmp_path)
     with Newsroom(change_week=WEEK) as site:  # the headline moved to .title: the scraper's locator times out
         monkeypatch.setenv("FLEET_DEMO_URL", site.url)
@@ -78,7 +104,7 @@ def test_a_failed_attempt_keeps_a_trace_that_fleet_debug_opens_offline(scrape_ho
         assert debug.returncode == 0, debug.stdout + debug.stderr
         (command,) = [line.strip() for line in debug.stdout.splitlines() if "show-trace" in line]
         assert command.endswith(shlex.quote(trace)), debug.stdout
-        html, served = _viewer_serves(command, env)
+        html, served = _viewer_serves(command, env, request.config.getoption("--ui-screenshots"))
         assert "Playwright Trace Viewer" in html
         assert served == open(trace, "rb").read()
 
