@@ -170,11 +170,22 @@ def test_the_cap_holds_counted_by_the_demo_sites(fleet_env):
     d.mkdir()
     names = [f"paged_{i}" for i in range(6)]
     for n in names:
-        (d / f"{n}.py").write_text(PAGED.format(name=n, pages=4))
+        (d / f"{n}.py").write_text(PAGED.format(name=n, pages=8))  # 3.2 s of loads each
     with DemoSites(latency_ms=400) as sites:
         env = {**fleet_env.env, "FLEET_SCRAPERS_DIR": str(d), "FLEET_MAX_PARALLEL": "2", "FLEET_DEMO_URL": sites.url}
         res = run_fleet(env, "run", "--week", WEEK, "--force")
         assert res.returncode == 0, (res.stdout + res.stderr)[-4000:]
         loads = [r for r in sites.requests if r[0] == "/books"]
-        assert len(loads) == 6 * 4, loads
+        assert len(loads) == 6 * 8, loads
         assert sites.peak_concurrency("/books") == 2, sorted((s, e) for _, s, e in loads)
+
+
+def test_the_demo_sites_count_requests_served_at_once():
+    from fleet.demo.sites import DemoSites
+
+    sites = DemoSites(latency_ms=0)  # its log alone; not started
+    sites.requests += [("/books", 0.0, 2.0), ("/books", 1.0, 3.0), ("/books", 2.0, 4.0), ("/favicon.ico", 1.5, 1.6)]
+    assert sites.peak_concurrency("/books") == 2  # one ending as another starts does not overlap it
+    assert sites.peak_concurrency() == 3
+    assert sites.peak_concurrency("/books", since=2) == 1
+    assert sites.peak_concurrency("/jobs") == 0
