@@ -1,1 +1,1 @@
-"""Benchmarks of fleet against bare baselines: ``python -m bench [--quick] [--out results.json] [--only NAME,...]``."""
+"""Benchmarks of fleet against bare baselines: ``python -m bench [--quick | --smoke] [--out results.json] [--only NAME,...]``."""

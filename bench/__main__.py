@@ -1,4 +1,7 @@
-"""python -m bench [--quick] [--out results.json] [--only NAME,...] [--repeats N]"""
+"""python -m bench [--quick | --smoke] [--out results.json] [--only NAME,...] [--repeats N]
+
+Sizes: full (the default, what BENCHMARKS.md reports), quick (smaller), smoke (the smallest run of each bench, one
+pair: it shows every bench still runs, its numbers mean nothing; fleet_tests/test_bench.py runs it)."""
 from __future__ import annotations
 
 import argparse
@@ -11,7 +14,7 @@ import traceback
 ORDER = ["consolidate", "commit", "many_sources", "deep_phase", "fleet_overhead", "crash_recovery", "scale_out",
          "trace_cost"]
 MODULES = {name: f"bench.{name}" for name in ORDER}
-# (quick, full) pairs of runs per benchmark
+# (quick, full) pairs of runs per benchmark; smoke: one
 DEFAULT_REPEATS = {"consolidate": (5, 5), "commit": (3, 3), "many_sources": (3, 5), "deep_phase": (2, 3),
                    "fleet_overhead": (2, 3), "crash_recovery": (2, 3),
                    "scale_out": (1, 1), "trace_cost": (2, 3)}
@@ -19,7 +22,9 @@ DEFAULT_REPEATS = {"consolidate": (5, 5), "commit": (3, 3), "many_sources": (3, 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench")
-    ap.add_argument("--quick", action="store_true", help="smaller sizes; finishes in under 10 minutes on 2 cores")
+    size = ap.add_mutually_exclusive_group()
+    size.add_argument("--quick", action="store_true", help="smaller sizes (scale_out: its one size)")
+    size.add_argument("--smoke", action="store_true", help="the smallest size, once: does every bench still run")
     ap.add_argument("--out", default="results.json")
     ap.add_argument("--only", default="", help="comma-separated benchmark names: " + ",".join(ORDER))
     ap.add_argument("--repeats", type=int, default=None, help="pairs of (fleet, baseline) runs per benchmark")
@@ -30,11 +35,12 @@ def main(argv=None) -> int:
         ap.error(f"unknown benchmark(s): {', '.join(unknown)}; known: {', '.join(ORDER)}")
     results = {}
     for name in names:
-        repeats = args.repeats or DEFAULT_REPEATS[name][0 if args.quick else 1]
+        size = "smoke" if args.smoke else "quick" if args.quick else "full"
+        repeats = args.repeats or (1 if args.smoke else DEFAULT_REPEATS[name][0 if args.quick else 1])
         t = time.perf_counter()
-        print(f"[bench] {name} ({'quick' if args.quick else 'full'}, {repeats} repeats) ...", file=sys.stderr, flush=True)
+        print(f"[bench] {name} ({size}, {repeats} repeats) ...", file=sys.stderr, flush=True)
         try:
-            res = importlib.import_module(MODULES[name]).run(args.quick, repeats)
+            res = importlib.import_module(MODULES[name]).run(size, repeats)
         except Exception as exc:  # one broken benchmark does not hide the others
             traceback.print_exc()
             res = {"ratio": None, "goal": None, "ok": False, "error": f"{type(exc).__name__}: {exc}"[:2000]}

@@ -16,11 +16,13 @@ def consolidate_fleet(root: str, week: str, n: str) -> None:
     print(json.dumps({"op_s": time.perf_counter() - t, "rows": summary["rows"]}))
 
 
-def consolidate_polars(root: str, week: str, n: str, out: str) -> None:
+def consolidate_polars(listing: str, out: str) -> None:
+    """Bare polars over the raw files the bench stored (``listing``: a JSON object, source -> its file's path)."""
     import polars as pl
     t = time.perf_counter()
-    frames = [pl.scan_parquet(f"{root}/{week}/raw/s{i:04d}.parquet").with_columns(pl.lit(f"s{i:04d}").alias("source"))
-              for i in range(int(n))]
+    with open(listing) as fh:
+        files = json.load(fh)
+    frames = [pl.scan_parquet(path).with_columns(pl.lit(name).alias("source")) for name, path in sorted(files.items())]
     pl.concat(frames, how="diagonal_relaxed").sink_parquet(out)
     print(json.dumps({"op_s": time.perf_counter() - t}))
 

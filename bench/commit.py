@@ -42,8 +42,8 @@ def _random_file(path: Path, size: int) -> None:
         fh.write(b"PAR1")
 
 
-def run(quick: bool, repeats: int) -> dict:
-    size = (200 << 20) if quick else (1 << 30)
+def run(size_name: str, repeats: int) -> dict:
+    size = {"smoke": 4 << 20, "quick": 200 << 20, "full": 1 << 30}[size_name]
     tmp = Path(tempfile.mkdtemp(prefix="bench-commit-"))
     try:
         src = tmp / "raw.parquet"

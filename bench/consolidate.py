@@ -7,17 +7,19 @@ import tempfile
 from pathlib import Path
 
 from bench.util import PY, ROOT, median, rnd, run_measured
+from fleet.storage import store as keys
+from fleet.storage.store import LocalArtifactStore
 
 WEEK = "2026-11-16"
 
 
-def _write_inputs(root: Path, n: int, m: int) -> int:
+def _write_inputs(root: Path, n: int, m: int) -> dict[str, str]:
+    """n sources' raw rows and outcomes, stored as a week's scrape stores them; returns each source's raw file, which
+    the bare-polars baseline reads (found through the store's own keys, so it follows any change of layout)."""
     import polars as pl
 
-    from fleet.storage import store as keys
-    from fleet.storage.store import LocalArtifactStore
     store = LocalArtifactStore(root)
-    total = 0
+    paths = {}
     for i in range(n):
         name = f"s{i:04d}"
         h = pl.col("j").hash(seed=i)
@@ -31,26 +33,27 @@ def _write_inputs(root: Path, n: int, m: int) -> int:
         store.write_parquet(WEEK, keys.raw_key(name, attempt), frame)
         keys.write_outcome(store, WEEK, {"source": name, "status": "ok", "category": None, "rows": m, "week": WEEK,
                                          "attempt": attempt})
-        total += m
-    return total
+        paths[name] = store.location(WEEK, keys.raw_key(name, attempt))
+    return paths
 
 
-def run(quick: bool, repeats: int) -> dict:
-    n, m = (40, 25_000) if quick else (40, 250_000)
+def run(size: str, repeats: int) -> dict:
+    n, m = {"smoke": (3, 1_000), "quick": (40, 25_000), "full": (40, 250_000)}[size]
     tmp = Path(tempfile.mkdtemp(prefix="bench-consolidate-"))
     try:
-        rows = _write_inputs(tmp / "store", n, m)
+        paths = _write_inputs(tmp / "store", n, m)
+        rows = n * m
+        listing = tmp / "raw-files.json"
+        listing.write_text(json.dumps(paths))
         fleet_runs, base_runs = [], []
         for _ in range(repeats):
-            out = tmp / "store" / WEEK / "consolidated_raw_rows.parquet"
-            out.unlink(missing_ok=True)
+            LocalArtifactStore(tmp / "store").delete(WEEK, keys.CONSOLIDATED_KEY)
             r = run_measured([PY, "-m", "bench.child", "consolidate-fleet", str(tmp / "store"), WEEK, str(n)], cwd=ROOT)
             r["op_s"] = json.loads(r["output"].strip().splitlines()[-1])["op_s"]
             fleet_runs.append(r)
             base_out = tmp / "baseline.parquet"
             base_out.unlink(missing_ok=True)
-            b = run_measured([PY, "-m", "bench.child", "consolidate-polars", str(tmp / "store"), WEEK, str(n),
-                              str(base_out)], cwd=ROOT)
+            b = run_measured([PY, "-m", "bench.child", "consolidate-polars", str(listing), str(base_out)], cwd=ROOT)
             b["op_s"] = json.loads(b["output"].strip().splitlines()[-1])["op_s"]
             base_runs.append(b)
         fw, bw = median([r["wall"] for r in fleet_runs]), median([r["wall"] for r in base_runs])

@@ -24,9 +24,10 @@ def write_sources(where: Path, n: int, k: int, pages: int) -> list[str]:
     return [f"src_{i:03d}" for i in sorted(crashing)]
 
 
-def run(quick: bool, repeats: int) -> dict:
+def run(size: str, repeats: int) -> dict:
     from fleet.demo.sites import DemoSites
-    n, k, cap, pages, latency_ms = (10, 1, 5, 6, 1000) if quick else (40, 4, 10, 10, 1000)
+    n, k, cap, pages, latency_ms = {"smoke": (2, 1, 2, 2, 100), "quick": (10, 1, 5, 6, 1000),
+                                    "full": (40, 4, 10, 10, 1000)}[size]
     tmp = Path(tempfile.mkdtemp(prefix="bench-crash-"))
     fleet_bin = str(Path(PY).parent / "fleet")
     sites = DemoSites(latency_ms=latency_ms).start()
@@ -36,6 +37,8 @@ def run(quick: bool, repeats: int) -> dict:
         # every source visits the one demo site: its per-domain bound (4 at once by default) is raised to the cap
         base_env = {"FLEET_SCRAPERS_DIR": str(scrapers), "FLEET_DEMO_URL": sites.url, "FLEET_MAX_PARALLEL": str(cap),
                     "FLEET_CRASH_RERUNS": "2", "FLEET_DOMAIN_CONCURRENCY": str(cap)}
+        if size == "smoke":  # its warm browser hosts leave soon after each run, rather than idle 30 s as the bench waits
+            base_env["FLEET_BROWSER_HOST_IDLE_S"] = "2"
         runs: dict[str, list[dict]] = {"crash": [], "clean": []}
         for i in range(repeats):
             for kind in ("crash", "clean"):
@@ -43,9 +46,10 @@ def run(quick: bool, repeats: int) -> dict:
                 remote = tmp / f"{kind}{i}.git"
                 subprocess.run(["git", "init", "-q", "--bare", "--initial-branch=main", str(remote)], check=True)
                 env = {**base_env, "FLEET_HOME": str(home), "FLEET_DATA_REMOTE": str(remote),
+                       "FLEET_ARTIFACTS": str(tmp / f"{kind}{i}-artifacts"),
                        "FLEET_BENCH_CRASH": "1" if kind == "crash" else "0"}
                 r = run_measured([fleet_bin, "run", "--week", WEEK, "--force"], env=env, cwd=tmp, check=False)
-                store = LocalArtifactStore(home / "artifacts")
+                store = LocalArtifactStore(env["FLEET_ARTIFACTS"])  # the store it was told to use
                 outcomes = [keys.read_outcome(store, WEEK, f"src_{i:03d}") or {} for i in range(n)]
                 ok = sum(o.get("status") == "ok" for o in outcomes)
                 rows = sum(o.get("rows", 0) for o in outcomes)
@@ -54,9 +58,9 @@ def run(quick: bool, repeats: int) -> dict:
                                        f"{r['output'][-3000:]}")
                 # The crash must really have happened, and been re-executed: a crashing source leaves its
                 # checkpoint and two attempts' spools; every other source (and every source of a clean week) one.
-                work = home / "artifacts" / WEEK / "work"
-                attempts = {p.name: len(list(p.glob("rows-*.jsonl"))) for p in work.iterdir()}
-                expected = {f"src_{i:03d}": 2 if kind == "crash" and f"src_{i:03d}" in crashing else 1 for i in range(n)}
+                names = [f"src_{i:03d}" for i in range(n)]
+                attempts = {s: len(list(store.local_dir(WEEK, keys.spool_key(s)).glob("rows-*.jsonl"))) for s in names}
+                expected = {s: 2 if kind == "crash" and s in crashing else 1 for s in names}
                 if attempts != expected:
                     raise RuntimeError(f"{kind} run: attempts per source {attempts}, expected {expected}")
                 runs[kind].append(r)

@@ -11,7 +11,7 @@ from pathlib import Path
 from bench.util import PY, ROOT, median, rnd, run_measured
 
 
-def run(quick: bool, repeats: int) -> dict:
+def run(size: str, repeats: int) -> dict:  # one size: the demo's shops source
     from fleet.demo.sites import DemoSites
     latency_ms = 50
     tmp = Path(tempfile.mkdtemp(prefix="bench-deep-"))

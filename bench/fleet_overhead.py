@@ -79,10 +79,10 @@ def _child_json(r: dict) -> dict:
     return json.loads(r["output"].strip().splitlines()[-1])
 
 
-def run(quick: bool, repeats: int) -> dict:
+def run(size: str, repeats: int) -> dict:
     from fleet.demo.sites import DemoSites
     # The shape: each source waits on the network for ~10 s in total (10 pages x 1 s).
-    n, cap, pages, latency_ms = (8, 4, 10, 1000) if quick else (40, 10, 10, 1000)
+    n, cap, pages, latency_ms = {"smoke": (2, 2, 1, 100), "quick": (8, 4, 10, 1000), "full": (40, 10, 10, 1000)}[size]
     tmp = Path(tempfile.mkdtemp(prefix="bench-overhead-"))
     fleet_bin = str(Path(PY).parent / "fleet")
     sites = DemoSites(latency_ms=latency_ms).start()
@@ -93,14 +93,17 @@ def run(quick: bool, repeats: int) -> dict:
         # as the baseline's pages are, so the bench measures fleet's overhead rather than its politeness
         base_env = {"FLEET_SCRAPERS_DIR": str(scrapers), "FLEET_DEMO_URL": sites.url, "FLEET_MAX_PARALLEL": str(cap),
                     "FLEET_DOMAIN_CONCURRENCY": str(cap)}
+        if size == "smoke":  # its warm browser hosts leave soon after each run, rather than idle 30 s as the bench waits
+            base_env["FLEET_BROWSER_HOST_IDLE_S"] = "2"
         fleet_runs, base_runs, runner_runs = [], [], []
         for i in range(repeats):
             home = tmp / f"home{i}"
             remote = tmp / f"remote{i}.git"
             subprocess.run(["git", "init", "-q", "--bare", "--initial-branch=main", str(remote)], check=True)
-            env = {**base_env, "FLEET_HOME": str(home), "FLEET_DATA_REMOTE": str(remote)}
+            env = {**base_env, "FLEET_HOME": str(home), "FLEET_DATA_REMOTE": str(remote),
+                   "FLEET_ARTIFACTS": str(tmp / f"artifacts{i}")}
             r = run_measured([fleet_bin, "run", "--week", WEEK, "--force"], env=env, cwd=tmp, check=False)
-            store = LocalArtifactStore(home / "artifacts")
+            store = LocalArtifactStore(env["FLEET_ARTIFACTS"])  # the store it was told to use
             outcomes = [keys.read_outcome(store, WEEK, f"lat_{j:03d}") or {} for j in range(n)]
             r["ok_sources"] = sum(o.get("status") == "ok" for o in outcomes)
             r["source_seconds"] = [o.get("seconds", 0) for o in outcomes]

@@ -34,8 +34,8 @@ def write_sources(where: Path, n: int) -> None:
         (where / f"gen_{i:04d}.py").write_text(TEMPLATE.format(i=i))
 
 
-def run(quick: bool, repeats: int) -> dict:
-    n = 1000
+def run(size: str, repeats: int) -> dict:
+    n = 20 if size == "smoke" else 1000  # the goal is for 1,000
     tmp = Path(tempfile.mkdtemp(prefix="bench-many-"))
     try:
         write_sources(tmp / "scrapers", n)

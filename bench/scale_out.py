@@ -22,6 +22,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from dataclasses import dataclass
+
 from bench.util import PY, ROOT, rnd
 
 # 40 sources of 20 pages (100 s of waits each): 4 rounds of a slot on one worker, 2 on two. What a run pays
@@ -35,6 +37,19 @@ CAP = 10
 # the scrapers pool's limit per worker: the cap, as fleet is configured, or more to measure the hand-off away
 # (steps beyond a worker's --concurrency then wait in Redis, where a freed worker takes one at once)
 POOL_PER_WORKER = int(os.environ.get("SCALE_OUT_POOL_PER_WORKER", CAP))
+
+
+@dataclass(frozen=True)
+class Shape:
+    sources: int = N_SOURCES
+    pages: int = PAGES
+    latency_ms: int = LATENCY_MS
+    cap: int = CAP
+    pool_per_worker: int = POOL_PER_WORKER
+
+
+# the smallest run of the same bench (fleet_tests/test_bench.py): two sources of one page, a slot per worker
+SMOKE = Shape(sources=2, pages=1, latency_ms=300, cap=1, pool_per_worker=1)
 GOAL = 1.2
 SPEEDUP_GOAL = 1.7
 
@@ -101,9 +116,9 @@ class MemoryPeak:
         return self.base - self.low
 
 
-def _worker(env: dict, home: Path, name: str) -> subprocess.Popen:
+def _worker(env: dict, home: Path, name: str, cap: int) -> subprocess.Popen:
     log = home / "worker.log"
-    proc = subprocess.Popen([PY, "-m", "fleet.cli", "worker", "--concurrency", str(CAP), "--name", f"{name}@bench"],
+    proc = subprocess.Popen([PY, "-m", "fleet.cli", "worker", "--concurrency", str(cap), "--name", f"{name}@bench"],
                             env={**env, "FLEET_HOME": str(home)}, cwd=home, stdout=open(log, "w"),
                             stderr=subprocess.STDOUT, start_new_session=True)
     deadline = time.monotonic() + 120
@@ -127,7 +142,7 @@ def _stop(proc: subprocess.Popen, home: Path) -> None:
     pool.stop(home / "browser-hosts")
 
 
-def one(tmp: Path, env: dict, workers: int, week: str, sites) -> dict:
+def one(tmp: Path, env: dict, workers: int, week: str, sites, shape: Shape) -> dict:
     from dagster import DagsterInstance, RunsFilter
 
     homes = [tmp / f"w{workers}-{i}" for i in range(workers)]
@@ -142,11 +157,11 @@ def one(tmp: Path, env: dict, workers: int, week: str, sites) -> dict:
     conn.cursor().execute(f"CREATE DATABASE fleet{workers}")
     conn.close()
     env = {**env, "FLEET_POSTGRES_URL": env["FLEET_POSTGRES_URL"].rsplit("/", 1)[0] + f"/fleet{workers}",
-           "FLEET_MAX_PARALLEL": str(POOL_PER_WORKER * workers),
+           "FLEET_MAX_PARALLEL": str(shape.pool_per_worker * workers),
            # every bench source visits the one demo site, and the per-domain bounds are shared by all hosts (4
            # at once by default): they would be the cap measured, not the slots
-           "FLEET_DOMAIN_CONCURRENCY": str(CAP * workers)}
-    procs = [_worker(env, h, f"w{workers}-{i}") for i, h in enumerate(homes)]
+           "FLEET_DOMAIN_CONCURRENCY": str(shape.cap * workers)}
+    procs = [_worker(env, h, f"w{workers}-{i}", shape.cap) for i, h in enumerate(homes)]
     try:
         oenv = {**env, "FLEET_HOME": str(orchestrator)}
         served = len(sites.requests)
@@ -163,22 +178,24 @@ def one(tmp: Path, env: dict, workers: int, week: str, sites) -> dict:
         scrape = [r for r in instance.get_run_records(RunsFilter(tags={"dagster/partition": week}))
                   if r.dagster_run.tags.get("fleet/kind") == "scrape"][0]
         wall = scrape.end_time - scrape.start_time
-        breakdown = where_time_went(instance, scrape, CAP * workers if POOL_PER_WORKER == CAP else None)
+        breakdown = where_time_went(instance, scrape, shape.cap * workers if shape.pool_per_worker == shape.cap else None,
+                                    shape.pages * shape.latency_ms / 1000)
     finally:
         for p, h in zip(procs, homes):
             _stop(p, h)
     # the floor from what the sites served: every request waited LATENCY_MS (a page's own requests, a favicon)
     waits = sum(end - start for _path, start, end in sites.requests[served:])
     requests = len(sites.requests) - served
-    floor = waits / (CAP * workers)
+    floor = waits / (shape.cap * workers)
     return {"wall_s": rnd(wall, 1), "floor_s": rnd(floor, 1), "requests": requests,
-            "planned_floor_s": rnd(N_SOURCES * PAGES * LATENCY_MS / 1000 / (CAP * workers), 1), "ratio": rnd(wall / floor), "fleet_run_s": rnd(total, 1),
+            "planned_floor_s": rnd(shape.sources * shape.pages * shape.latency_ms / 1000 / (shape.cap * workers), 1),
+            "ratio": rnd(wall / floor), "fleet_run_s": rnd(total, 1),
             "machine_cpu_s": rnd(cpu, 1), "cores_busy": rnd(cpu / total, 2),
-            "cpu_per_source_s": rnd(cpu / N_SOURCES, 2), "memory_peak_mb": rnd(mem.used_mb, 0),
-            "memory_per_slot_mb": rnd(mem.used_mb / (CAP * workers), 0), "breakdown": breakdown}
+            "cpu_per_source_s": rnd(cpu / shape.sources, 2), "memory_peak_mb": rnd(mem.used_mb, 0),
+            "memory_per_slot_mb": rnd(mem.used_mb / (shape.cap * workers), 0), "breakdown": breakdown}
 
 
-def where_time_went(instance, record, slots: int | None) -> dict:
+def where_time_went(instance, record, slots: int | None, waits_s: float) -> dict:
     """The scrape run's time beyond its sources' network waits, from its event log: before the first step
     started; from a step's submission to the queue to its start on a worker; a step's own time beyond its
     pages' waits (the browser context, writing the rows); from a step's end to the submission of the step that
@@ -197,7 +214,7 @@ def where_time_went(instance, record, slots: int | None) -> dict:
             started[d.step_key] = e.timestamp
         elif d.event_type in (DagsterEventType.STEP_SUCCESS, DagsterEventType.STEP_FAILURE):
             ended[d.step_key] = e.timestamp
-    own = [ended[k] - started[k] - PAGES * LATENCY_MS / 1000 for k in ended if k in started]
+    own = [ended[k] - started[k] - waits_s for k in ended if k in started]
     # a slot's hand-off: the n-th submission beyond the slots waited for the (n - slots)-th step to end (only
     # while the pool is the one limit: ``slots`` is None when steps also wait in Redis)
     subs, ends = sorted(submitted.values()), sorted(ended.values())
@@ -211,31 +228,32 @@ def where_time_went(instance, record, slots: int | None) -> dict:
             "after_last_step_s": rnd(record.end_time - max(ended.values()), 1) if ended else None}
 
 
-def run(quick: bool, repeats: int) -> dict:
+def run(size: str, repeats: int) -> dict:  # one size (SCALE_OUT_* choose another); smoke: the smallest
     sys.path.insert(0, str(ROOT))
     from fleet.demo.sites import DemoSites
     from fleet_tests.gitremote import make_remote
     from fleet_tests.services import Postgres, Redis
 
+    shape = SMOKE if size == "smoke" else Shape()
     tmp = Path(tempfile.mkdtemp(prefix="bench-scale-"))
     try:
         sources = tmp / "sources"
         sources.mkdir()
-        for i in range(N_SOURCES):
-            (sources / f"lat_{i:02d}.py").write_text(TEMPLATE.format(i=i, pages=PAGES))
-        with Postgres() as pg, Redis(tmp / "redis") as redis, DemoSites(latency_ms=LATENCY_MS) as sites:
+        for i in range(shape.sources):
+            (sources / f"lat_{i:02d}.py").write_text(TEMPLATE.format(i=i, pages=shape.pages))
+        with Postgres() as pg, Redis(tmp / "redis") as redis, DemoSites(latency_ms=shape.latency_ms) as sites:
             remote = make_remote(tmp)
             env = {k: v for k, v in os.environ.items() if not k.startswith("FLEET_") and k != "DAGSTER_HOME"}
             env.update(PYTHONPATH=str(ROOT), FLEET_START_WEEK="2026-01-05", FLEET_EXECUTOR="celery",
                        FLEET_CELERY_BROKER=redis.url, FLEET_POSTGRES_URL=pg.url, FLEET_DEMO_URL=sites.url,
                        FLEET_SCRAPERS_DIR=str(sources), FLEET_DATA_REMOTE=str(remote),
                        FLEET_ARTIFACTS=str(tmp / "artifacts"), FLEET_BROWSER_HOST_IDLE_S="10")
-            one_w = one(tmp, env, 1, "2026-10-05", sites)
-            two_w = one(tmp, env, 2, "2026-10-12", sites)
+            one_w = one(tmp, env, 1, "2026-10-05", sites, shape)
+            two_w = one(tmp, env, 2, "2026-10-12", sites, shape)
         speedup = one_w["wall_s"] / two_w["wall_s"]
         return {"ratio": two_w["ratio"], "speedup": rnd(speedup, 2), "goal": GOAL, "speedup_goal": SPEEDUP_GOAL,
                 "ok": one_w["ratio"] <= GOAL and two_w["ratio"] <= GOAL and speedup >= SPEEDUP_GOAL,
-                "one_worker": one_w, "two_workers": two_w, "sources": N_SOURCES, "pages": PAGES,
-                "latency_ms": LATENCY_MS, "cap_per_worker": CAP, "pool_per_worker": POOL_PER_WORKER}
+                "one_worker": one_w, "two_workers": two_w, "sources": shape.sources, "pages": shape.pages,
+                "latency_ms": shape.latency_ms, "cap_per_worker": shape.cap, "pool_per_worker": shape.pool_per_worker}
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -42,6 +42,48 @@ def occupancy(intervals: list[tuple[float, float]], cap: int) -> dict:
             "last_end": edges[-1][0], "idle_slot_seconds": round(idle, 2)}
 
 
+def step_phases(events: list, outcome, cap: int) -> dict:
+    """Where each source step's time went, from one run's event log (``events``: its EventLogEntry list), as the
+    median and max over the run's source steps, in seconds: ``launch`` (the run process launches the step, having
+    taken its slot of the pool -> its process has started), ``boot`` (-> STEP_START: the job resolved, the instance
+    and the resources built), ``pre_scrape`` (-> a worker took the source: fleet's refusals and the host),
+    ``scrape`` (the attempt's own seconds), ``post_scrape`` (-> STEP_SUCCESS: the outcome stored, the checks, the
+    materialization and check events) and ``handoff`` (a step's STEP_SUCCESS -> the launch of the step that took
+    its slot: the run process draining the step's events, freeing the slot and its next pass)."""
+    from dagster import DagsterEventType as T
+
+    from fleet.policy import taxonomy as tx
+
+    at: dict[str, dict[str, float]] = {}
+    for e in events:
+        d = e.dagster_event
+        key = e.step_key or (d.step_key if d else None)
+        if not key or not key.startswith(tx.RAW_PREFIX):
+            continue
+        marks = at.setdefault(key, {})
+        if d is not None and d.event_type in (T.STEP_WORKER_STARTING, T.STEP_WORKER_STARTED, T.STEP_START,
+                                               T.STEP_SUCCESS):  # the last of each: a re-executed step's last try
+            marks[d.event_type.value] = e.timestamp
+        elif WORKER_LINE.search(e.user_message or ""):
+            marks["taken"] = e.timestamp
+    phases: dict[str, list[float]] = {k: [] for k in ("launch", "boot", "pre_scrape", "scrape", "post_scrape")}
+    for key, m in at.items():
+        seconds = float(outcome(key[len(tx.RAW_PREFIX):]).get("seconds") or 0.0)
+        if not {"STEP_WORKER_STARTING", "STEP_WORKER_STARTED", "STEP_START", "taken", "STEP_SUCCESS"} <= set(m):
+            continue
+        phases["launch"].append(m["STEP_WORKER_STARTED"] - m["STEP_WORKER_STARTING"])
+        phases["boot"].append(m["STEP_START"] - m["STEP_WORKER_STARTED"])
+        phases["pre_scrape"].append(m["taken"] - m["STEP_START"])
+        phases["scrape"].append(seconds)
+        phases["post_scrape"].append(m["STEP_SUCCESS"] - m["taken"] - seconds)
+    launches = sorted(m["STEP_WORKER_STARTING"] for m in at.values() if "STEP_WORKER_STARTING" in m)
+    ends = sorted(m["STEP_SUCCESS"] for m in at.values() if "STEP_SUCCESS" in m)
+    # the n-th launch beyond the cap waited for the (n - cap)-th step to end
+    phases["handoff"] = [launches[i] - ends[i - cap] for i in range(cap, len(launches)) if i - cap < len(ends)]
+    return {k: {"median": round(statistics.median(v), 2), "max": round(max(v), 2), "n": len(v)} if v else None
+            for k, v in phases.items()}
+
+
 def week_timeline(instance, week: str, outcome, cap: int) -> dict:
     """The week's runs and the cap's slots from ``instance``'s event log (see the module's doc); ``outcome(name)``
     is a source's stored outcome for the week ({} if none)."""
@@ -56,10 +98,13 @@ def week_timeline(instance, week: str, outcome, cap: int) -> dict:
     if not records:
         raise SystemExit(f"bench.timeline: no run of week {week} in this FLEET_HOME's event log")
     t0 = records[0].create_timestamp.timestamp()
-    runs, slots, unfinished = [], [], []
+    runs, slots, unfinished, phases = [], [], [], None
     for rec in records:
         run, steps, taken = rec.dagster_run, {}, {}
-        for e in instance.all_logs(run.run_id):
+        events = instance.all_logs(run.run_id)
+        if phases is None and run.tags.get(tx.TAG_KIND) == "scrape":
+            phases = step_phases(events, outcome, cap)
+        for e in events:
             kind = step_events.get(e.dagster_event.event_type) if e.dagster_event else None
             if kind and e.step_key:  # a step with more than one end in its run: its first start, its last end
                 at = round(e.timestamp - t0, 2)
@@ -96,7 +141,7 @@ def week_timeline(instance, week: str, outcome, cap: int) -> dict:
     workers = {pid: {"sources": len(c), "from": c[0]["start"], "to": c[-1]["end"]} for pid, c in chains.items()}
     last = max(workers.items(), key=lambda kv: kv[1]["to"], default=None)
     return {"week": week, "cap": cap, "t0_unix": t0, "runs": runs, "slots": slots, "unfinished": unfinished,
-            "occupancy": used,
+            "occupancy": used, "step_phases": phases,
             "median_slot_seconds": round(statistics.median(per_source), 2) if per_source else None,
             "hosts": workers,
             # with sources of about equal length, the week's scraping ends with the worker that started last
@@ -115,6 +160,7 @@ def summary(t: dict, since_unix: float | None = None) -> dict:
             "first_slot_s": at(o["first_start"]), "all_slots_busy_s": at(o["all_busy_at"]),
             "last_scrape_end_s": at(o["last_end"]),
             "last_worker_seconds_per_source": (t["last_worker"] or {}).get("seconds_per_source"),
+            "step_phases_median_s": {k: v["median"] for k, v in (t.get("step_phases") or {}).items() if v},
             "publish_s": None if publish is None or publish["last_step_end"] is None
             else round(publish["last_step_end"] - publish["created"], 2)}
 
@@ -137,6 +183,9 @@ def render(t: dict) -> str:
                  f"all {cap} busy first at {_s(o['all_busy_at'])}, last at {_s(o['all_busy_until'])}, the last done at "
                  f"{o['last_end']:.2f}; median {t['median_slot_seconds']:.2f} s per source in its slot; "
                  f"{o['idle_slot_seconds']:.1f} slot-seconds idle in between")
+    if t.get("step_phases"):
+        lines.append("a source step's time, median / max s: " + ", ".join(
+            f"{k} {v['median']:.2f} / {v['max']:.2f}" for k, v in t["step_phases"].items() if v))
     w = t["last_worker"]
     lines.append(f"the last source done was worker {w['worker']}'s: it took its first source at {w['from']:.2f} and "
                  f"ran {w['sources']}, {w['seconds_per_source']:.2f} s each, slot changes included")

@@ -1,8 +1,12 @@
 """The benchmarks' own measurement (bench/util.py): peak RSS is the measured command's, not the bench's."""
 import json
+import os
 import subprocess
 import sys
 
+import pytest
+
+from bench.__main__ import ORDER
 from fleet_tests.conftest import ROOT
 
 
@@ -59,6 +63,12 @@ def test_the_timeline_reads_a_real_weeks_runs_and_slots(fleet_env):
     assert t["occupancy"]["last_end"] == max(s["end"] for s in t["slots"])
     assert t["last_worker"]["to"] == t["occupancy"]["last_end"]
     assert sum(w["sources"] for w in t["hosts"].values()) == len(sources)
+    # each source step's phases, in order; no hand-off of a slot with fewer sources than the cap
+    phases = t["step_phases"]
+    assert list(phases) == ["launch", "boot", "pre_scrape", "scrape", "post_scrape", "handoff"], phases
+    for name in ("launch", "boot", "pre_scrape", "scrape", "post_scrape"):
+        assert phases[name]["n"] == len(sources) and phases[name]["median"] >= 0, (name, phases)
+    assert phases["handoff"] is None if t["cap"] >= len(sources) else phases["handoff"]["n"] > 0
     # the bench's summary of it, from the first run's creation or from a given moment (the command's spawn)
     from bench.timeline import summary
     s = summary(t)
@@ -73,3 +83,19 @@ def test_the_timeline_reads_a_real_weeks_runs_and_slots(fleet_env):
     table = subprocess.run([sys.executable, "-m", "bench.timeline", "--week", WEEK], env=env, cwd=ROOT,
                            capture_output=True, text=True, timeout=120)
     assert table.returncode == 0 and f"week {WEEK}" in table.stdout and "scraping: 3 sources" in table.stdout, table
+
+
+@pytest.mark.parametrize("name", ORDER)
+def test_every_bench_runs_at_its_smallest_size(name, tmp_path):
+    # `python -m bench --smoke`: each bench end to end, once, at its smallest size, so that a change of layout, of
+    # a setting or of an API a bench uses breaks this test rather than, silently, the bench. Its numbers mean
+    # nothing here (timing goals live in the bench), only that it produced them.
+    out = tmp_path / "results.json"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FLEET_") and k != "DAGSTER_HOME"}
+    env.update(PYTHONPATH=str(ROOT), FLEET_HOME=str(tmp_path / "home"))  # each bench sets up the rest itself
+    res = subprocess.run([sys.executable, "-m", "bench", "--smoke", "--only", name, "--out", str(out)], cwd=ROOT,
+                         env=env, capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stderr[-3000:]
+    r = json.loads(out.read_text())[name]
+    assert "error" not in r, r["error"]
+    assert isinstance(r["ratio"], float) and r["ratio"] > 0, r

@@ -138,3 +138,54 @@ def test_the_scrapers_pool_is_the_one_cap(fleet_env):
                 steps.setdefault(e.step_key, {}).setdefault(e.dagster_event.event_type_value, e.timestamp)
     first, second = sorted(steps.values(), key=lambda ev: ev["STEP_SUCCESS"])
     assert second["STEP_START"] >= first["STEP_SUCCESS"] - 0.5, "the pool admitted two source steps at once"
+
+
+PAGED = '''import polars as pl
+
+from fleet import Scraper
+from fleet.demo import site_url
+
+
+class Paged(Scraper):
+    """Loads {pages} pages of the demo books site, one after another."""
+
+    name = "{name}"
+    schema = {{"page": pl.Int64, "title": pl.String}}
+    key = ("page",)
+
+    async def scrape(self, page, ctx):
+        for p in range({pages}):
+            await ctx.goto(page, site_url(f"/books?week={{ctx.week.isoformat()}}&src={name}&p={{p}}"))
+            yield {{"page": p, "title": await page.title()}}
+'''
+
+
+def test_the_cap_holds_counted_by_the_demo_sites(fleet_env):
+    """Six sources at a cap of two on one host: the demo sites, by their own log of the page loads they served,
+    never had more than two sources loading pages at once, and had two (the cap is what limits them, and the
+    count can see it). The per-domain bound (4) is above the cap, so the cap alone is measured."""
+    from fleet.demo.sites import DemoSites
+
+    d = fleet_env.tmp / "paged"
+    d.mkdir()
+    names = [f"paged_{i}" for i in range(6)]
+    for n in names:
+        (d / f"{n}.py").write_text(PAGED.format(name=n, pages=8))  # 3.2 s of loads each
+    with DemoSites(latency_ms=400) as sites:
+        env = {**fleet_env.env, "FLEET_SCRAPERS_DIR": str(d), "FLEET_MAX_PARALLEL": "2", "FLEET_DEMO_URL": sites.url}
+        res = run_fleet(env, "run", "--week", WEEK, "--force")
+        assert res.returncode == 0, (res.stdout + res.stderr)[-4000:]
+        loads = [r for r in sites.requests if r[0] == "/books"]
+        assert len(loads) == 6 * 8, loads
+        assert sites.peak_concurrency("/books") == 2, sorted((s, e) for _, s, e in loads)
+
+
+def test_the_demo_sites_count_requests_served_at_once():
+    from fleet.demo.sites import DemoSites
+
+    sites = DemoSites(latency_ms=0)  # its log alone; not started
+    sites.requests += [("/books", 0.0, 2.0), ("/books", 1.0, 3.0), ("/books", 2.0, 4.0), ("/favicon.ico", 1.5, 1.6)]
+    assert sites.peak_concurrency("/books") == 2  # one ending as another starts does not overlap it
+    assert sites.peak_concurrency() == 3
+    assert sites.peak_concurrency("/books", since=2) == 1
+    assert sites.peak_concurrency("/jobs") == 0

@@ -176,6 +176,19 @@ class DemoSites:
             else:
                 self._memory_modes[site] = mode
 
+    def peak_concurrency(self, path: str | None = None, since: int = 0) -> int:
+        """The most requests (of ``path``, or of any) the sites were serving at one moment, from their own log of
+        requests (``requests[since:]``): each source loads one page at a time, so this counts sources loading pages
+        at once. A request that ends when another starts does not overlap it."""
+        with self._lock:
+            spans = [(start, end) for p, start, end in self.requests[since:] if path is None or p == path]
+        edges = sorted([(start, 1) for start, _ in spans] + [(end, -1) for _, end in spans])  # ends first on a tie
+        peak = now = 0
+        for _, step in edges:
+            now += step
+            peak = max(peak, now)
+        return peak
+
     def reset_flaky(self, key: str | None = None) -> None:
         with self._lock:
             if key is None:
