@@ -179,6 +179,17 @@ def skip_quarantined(context, source: Source, week: str, store, config: RawConfi
     raise Failure(description=f"[{tx.QUARANTINED}] {why}", metadata=metadata, allow_retries=False)
 
 
+def tag_sandbox_off(context, settings, source: Source) -> None:
+    """A run that scrapes without the browser sandbox (the operator's FLEET_SANDBOX=off) says so in its tags
+    (``fleet/sandbox``); where the sandbox cannot be had, the step is refused (``SandboxRefused``)."""
+    from fleet import records
+    from fleet.engine import sandbox
+
+    box = sandbox.for_attempt(settings, source.module_path)
+    if box.off and context.run.tags.get(sandbox.TAG) != "off":
+        records.add_tags(context.instance, context.run_id, {sandbox.TAG: "off"})
+
+
 def _raw_compute(source: Source, crash_reruns: int):
     """The compute function of ``raw/<source>``: scrape the week (or reuse it), check it, report it."""
     key = AssetKey(["raw", source.name])
@@ -193,10 +204,12 @@ def _raw_compute(source: Source, crash_reruns: int):
         # A crash's re-execution (in the run, or a rerun run of the sensors or `fleet run`) carries the first
         # attempt's config: its `refresh` must not clear what the crashed attempt left to resume from.
         reexecution = context.retry_number > 0 or context.run.tags.get(tx.TAG_KIND) == "rerun"
+        settings = browser.engine_settings()
+        tag_sandbox_off(context, settings, source)
         out = run_source(source, week, store=store, run_id=context.run_id, deep=config.deep,
                          timeout_s=config.timeout_s, refresh=config.refresh, reexecution=reexecution,
                          retry={"attempts": config.retry_attempts}, forced=forced, log=context.log,
-                         settings=browser.engine_settings())
+                         settings=settings)
         common = {
             "fleet/status": out.status, "seconds": float(out.seconds), "pages": out.pages,
             "url": MetadataValue.text(out.url or "-"), "fleet/host": MetadataValue.text(host_label()),
