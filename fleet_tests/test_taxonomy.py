@@ -5,15 +5,14 @@ import subprocess
 import sys
 import textwrap
 
-from fleet_tests.conftest import ROOT, WEEK, committed_frame, run_fleet, stored_outcome
+from fleet_tests.conftest import ROOT, WEEK, committed_frame, run_fleet, stored_outcome, writable_dir
 from fleet_tests.gitremote import log
 
 CRASH_DIR = ROOT / "fleet_tests" / "scrapers_crash"
 
 
 def _env(fleet_env, reruns=2):
-    counters = fleet_env.tmp / "counters"
-    counters.mkdir(exist_ok=True)
+    counters = writable_dir(fleet_env.home)
     return {**fleet_env.env, "FLEET_SCRAPERS_DIR": str(CRASH_DIR), "FLEET_CRASH_RERUNS": str(reruns),
             "FLEET_TEST_COUNTER_DIR": str(counters)}, counters
 
