@@ -115,17 +115,16 @@ def needed(home: Path, scraper_dirs: list[Path], chromium: str | None) -> list[t
     return [(home, True), *((p, False) for p in code)]
 
 
-def make_plan(uid: int, gid: int, folders: list[tuple[Path, bool]]) -> tuple[str, list[str]]:
+def make_plan(uid: int, gid: int, folders: list[tuple[Path, bool]], must: list[Path]) -> tuple[str, list[str]]:
     """The jail's plan (JSON, "" when every folder is reachable as it is) that makes ``folders`` reachable for
-    ``uid``, and the folders it cannot help: ones the user may not read and enter themselves."""
+    ``uid``, and the folders of ``must`` it cannot help: ones the user may not read and enter themselves. Such a
+    folder is left out of the view (another of ``folders`` may lie inside it: a test's 0700 folder on sys.path)."""
     groups: dict[str, dict[str, bool]] = {}
-    cannot = []
+    cannot = [str(f) for f in must if Path(f).is_dir() and not _may(Path(f).resolve(), uid, gid, 5)]
     for folder, writable in folders:
         path = Path(os.path.abspath(folder)).resolve()
-        if not path.is_dir():
+        if not path.is_dir() or not _may(path, uid, gid, 1 if writable else 5):
             continue
-        if not _may(path, uid, gid, 5):
-            cannot.append(str(folder))
         blocked = next((a for a in reversed(path.parents) if not _may(a, uid, gid, 1)), None)
         if blocked is not None:
             binds = groups.setdefault(str(blocked), {})
@@ -182,7 +181,7 @@ def _as_root(name: str, home: Path, scraper_dirs: list[Path], chromium: str | No
                                f"sandbox needs; allow them (sysctl user.max_user_namespaces), {OFF_FIX}")
     home.mkdir(parents=True, exist_ok=True)
     _home_enterable(home, entry.pw_uid, entry.pw_gid)
-    plan, cannot = make_plan(entry.pw_uid, entry.pw_gid, needed(home, scraper_dirs, chromium))
+    plan, cannot = make_plan(entry.pw_uid, entry.pw_gid, needed(home, scraper_dirs, chromium), scraper_dirs)
     blocked = cannot or _reachable(user, [home, *scraper_dirs], plan)
     if blocked:
         return Sandbox(refused=f"user {name} ({SETTING}) cannot read {', '.join(blocked)}, even in the view fleet "
