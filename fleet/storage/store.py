@@ -303,10 +303,7 @@ def read_outcome(store: ArtifactStore, week: str, source: str) -> dict | None:
     return attempt_outcome(store, week, source, attempts[-1]) if attempts else None
 
 
-def corrupt_line(source: str, week: str, key: str, what: str) -> str:
-    return f"source {source}: the store's {key} of week {week} is corrupt ({what}); it is not used"
-
-
+CORRUPT = "source {}: the store's {} of week {} is corrupt ({}); it is not used"  # source, key, week, what
 def attempt_outcome(store: ArtifactStore, week: str, source: str, attempt: str) -> dict:
     """One attempt's stored outcome, checked as it is read: one that is not JSON, or not an outcome of
     ``source``, is an infra failure whose error names it (``corrupt``: its key), never taken for a result."""
@@ -319,7 +316,7 @@ def attempt_outcome(store: ArtifactStore, week: str, source: str, attempt: str) 
     if what is None:
         return rec
     return {"source": source, "week": week, "status": "failed", "category": "infra", "attempt": None, "rows": 0,
-            "error": corrupt_line(source, week, key, what), "corrupt": key}
+            "error": CORRUPT.format(source, key, week, what), "corrupt": key}
 
 
 def rows_stored(store: ArtifactStore, week: str, rec: dict | None) -> bool:
@@ -333,9 +330,9 @@ def rows_problem(store: ArtifactStore, week: str, rec: dict) -> str | None:
     try:
         height = pl.scan_parquet(store.local_copy(week, key)).select(pl.len()).collect().item()
     except (pl.exceptions.PolarsError, OSError, ValueError) as exc:
-        return corrupt_line(rec["source"], week, key, f"unreadable parquet: {str(exc).splitlines()[0][:200]}")
+        return CORRUPT.format(rec["source"], key, week, f"unreadable parquet: {str(exc).splitlines()[0][:200]}")
     if rec.get("rows") is not None and height != rec["rows"]:
-        return corrupt_line(rec["source"], week, key, f"{height} rows where its outcome says {rec['rows']}")
+        return CORRUPT.format(rec["source"], key, week, f"{height} rows where its outcome says {rec['rows']}")
     return None
 
 
