@@ -161,8 +161,12 @@ def block_markers() -> tuple[str, ...]:
     return parse_markers(raw, "FLEET_BLOCK_MARKERS") if raw else DEFAULT_MARKERS
 
 
-def sandbox_user() -> str:  # who scrape processes run as when fleet runs as root; "off": root, without sandbox
+def sandbox_user() -> str:  # who scrape processes run as when fleet runs as root
     return _text("FLEET_SANDBOX_USER") or "nobody"
+
+
+def sandbox_switch() -> str:  # "off": scrape without the browser sandbox where it cannot be had (said, and tagged)
+    return env_choice("FLEET_SANDBOX", "on", ("on", "off"))
 
 
 def chromium_sandbox() -> bool:  # set by fleet/scraping/sandbox.py in a scrape process's environment, not by users

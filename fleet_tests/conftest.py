@@ -41,6 +41,16 @@ def committed_frame(remote: Path, path: str, ref: str = "main") -> pl.DataFrame:
     return pl.read_parquet(io.BytesIO(obj.read_bytes()))
 
 
+def writable_dir(home: Path, name: str = "counters") -> Path:
+    """A folder the tests' scrapers write into (counters, pid files, spans): under FLEET_HOME, the one folder of a
+    test's that a sandboxed attempt process sees (the tests run as root: scrapers run as the sandbox's user, in a
+    view of the file system without the rest of pytest's 0700 folder), open to that user."""
+    d = home / name
+    d.mkdir(parents=True, exist_ok=True)
+    d.chmod(0o777)
+    return d
+
+
 @pytest.fixture
 def fleet_env(tmp_path):
     """A clean FLEET_HOME and a remote that already has history (README, code, a CI workflow)."""

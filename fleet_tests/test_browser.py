@@ -15,7 +15,7 @@ from fleet.scraping.discovery import discover
 from fleet.engine.procs import alive, descendants, stat_fields
 from fleet.engine.runner import EngineSettings, run_source
 from fleet.storage.store import LocalArtifactStore, rows_key
-from fleet_tests.conftest import ROOT, WEEK, Lines
+from fleet_tests.conftest import ROOT, WEEK, Lines, writable_dir
 
 SCRAPERS = ROOT / "fleet_tests" / "scrapers_browser"
 
@@ -86,8 +86,7 @@ def test_a_browser_killer_costs_the_other_sources_in_flight_nothing(scrape_home,
     """kills_browser SIGKILLs its worker's Chromium while slow_1 and slow_2 are mid-scrape in warm workers of their
     own and `own` (own_browser) runs in a worker of its own: only kills_browser fails (infra, the browser crashed);
     the others complete with all their rows, and its worker is not reused."""
-    counters = tmp_path / "counters"
-    counters.mkdir()
+    counters = writable_dir(scrape_home)
     monkeypatch.setenv("FLEET_TEST_COUNTER_DIR", str(counters))
     settings = EngineSettings.from_env(scrape_home)
     store = LocalArtifactStore(scrape_home / "artifacts")

@@ -10,7 +10,7 @@ import signal
 import time
 from types import SimpleNamespace
 
-from fleet_tests.conftest import ROOT, WEEK, committed_frame, start_ui, stop_ui
+from fleet_tests.conftest import ROOT, WEEK, committed_frame, start_ui, stop_ui, writable_dir
 from fleet_tests.gitremote import log
 
 
@@ -26,10 +26,11 @@ def _ui(fleet_env, scrapers: dict, extra_env: dict):
     d.mkdir()
     for name, path in scrapers.items():
         (d / f"{name}.py").write_text(path.read_text())
-    counters = fleet_env.tmp / "counters"
-    counters.mkdir()
+    counters = writable_dir(fleet_env.home)
+    # FLEET_SANDBOX=off: crash_once and kills_its_run stand for a crash of fleet's own step or run process by
+    # killing it from the scraper, which a sandboxed scraper (another user) rightly may not do
     env = {**fleet_env.env, "FLEET_SCRAPERS_DIR": str(d), "FLEET_TEST_COUNTER_DIR": str(counters),
-           "DAGSTER_HOME": str(fleet_env.home / "dagster"), **extra_env}
+           "DAGSTER_HOME": str(fleet_env.home / "dagster"), "FLEET_SANDBOX": "off", **extra_env}
     current = {}
     current["ui"], current["port"] = start_ui(fleet_env, env)
     try:

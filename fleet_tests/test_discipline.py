@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from fleet_tests.conftest import ROOT, WEEK, committed_frame, run_fleet, start_ui
+from fleet_tests.conftest import ROOT, WEEK, committed_frame, run_fleet, start_ui, writable_dir
 from fleet_tests.gitremote import log
 
 STEADY_DIR = ROOT / "fleet_tests" / "scrapers_crash"
@@ -103,8 +103,7 @@ def test_a_past_week_with_a_failed_source_is_not_scraped_now_without_force(fleet
     d.mkdir()
     for name in ("steady.py", "raises.py"):
         (d / name).write_text((STEADY_DIR / name).read_text())
-    counters = fleet_env.tmp / "counters"
-    counters.mkdir()
+    counters = writable_dir(fleet_env.home)
     env = {**fleet_env.env, "FLEET_SCRAPERS_DIR": str(d), "FLEET_TEST_COUNTER_DIR": str(counters)}
     first = run_fleet(env, "run", "--week", WEEK, "--force")
     assert first.returncode == 1, first.stdout[-2000:] + first.stderr[-2000:]  # partial: raises failed

@@ -4,7 +4,7 @@ import re
 
 from dagster import AssetCheckKey, AssetKey, DagsterInstance
 
-from fleet_tests.conftest import WEEK, committed_frame, run_fleet
+from fleet_tests.conftest import WEEK, committed_frame, run_fleet, writable_dir
 
 HEALTHY = ["books", "catalog", "jobs", "parts", "shops", "stocks"]
 
@@ -102,7 +102,7 @@ def test_scraper_cap_holds_across_concurrent_runs(fleet_env):
     d.mkdir()
     for n in ("slow_a", "slow_b"):
         (d / f"{n}.py").write_text(SLOW.format(name=n))
-    spans = fleet_env.tmp / "spans"
+    spans = writable_dir(fleet_env.home) / "spans"
     env = {**fleet_env.env, "FLEET_SCRAPERS_DIR": str(d), "FLEET_MAX_PARALLEL": "1", "SPANS": str(spans)}
     procs = [subprocess.Popen([sys.executable, "-m", "fleet.cli", "run", "--week", w, "--force"], env=env,
                               cwd=fleet_env.home, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -121,7 +121,7 @@ def test_the_scrapers_pool_is_the_one_cap(fleet_env):
     d.mkdir()
     for n in ("slow_a", "slow_b"):
         (d / f"{n}.py").write_text(SLOW.format(name=n))
-    spans = fleet_env.tmp / "spans"
+    spans = writable_dir(fleet_env.home) / "spans"
     env = {**fleet_env.env, "FLEET_SCRAPERS_DIR": str(d), "FLEET_MAX_PARALLEL": "1", "SPANS": str(spans)}
     res = run_fleet(env, "run", "--week", WEEK, "--force")
     assert res.returncode == 0, (res.stdout + res.stderr)[-4000:]

@@ -6,7 +6,7 @@ import subprocess
 import sys
 import textwrap
 
-from fleet_tests.conftest import WEEK, committed_frame, run_fleet, stored_outcome
+from fleet_tests.conftest import WEEK, committed_frame, run_fleet, stored_outcome, writable_dir
 from fleet_tests.gitremote import log, make_remote
 
 COUNTED = textwrap.dedent('''
@@ -76,8 +76,7 @@ def _env(fleet_env):
     d.mkdir(exist_ok=True)
     for name in SOURCES:
         (d / f"{name}.py").write_text(COUNTED.format(name=name, cls=name.capitalize()))
-    counters = fleet_env.tmp / "counters"
-    counters.mkdir(exist_ok=True)
+    counters = writable_dir(fleet_env.home)
     script = fleet_env.tmp / "ui_run.py"
     script.write_text(UI_RUN)
     # no FLEET_DEMO_URL: the demo sites are not running, and nothing here needs them

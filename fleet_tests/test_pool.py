@@ -14,19 +14,19 @@ import pytest
 
 from fleet.config import browser_host_idle_s
 from fleet.errors import FleetError
-from fleet.engine import pool
+from fleet.engine import pool, sandbox
 from fleet.scraping.discovery import discover
 from fleet.engine.procs import alive, descendants
 from fleet.engine.runner import EngineSettings, run_source
 from fleet.storage.store import LocalArtifactStore, rows_key
-from fleet_tests.conftest import ROOT, WEEK, Lines
+from fleet_tests.conftest import ROOT, WEEK, Lines, writable_dir
 
 SCRAPERS = ROOT / "fleet_tests" / "scrapers_pool"
 
 
 @pytest.fixture
 def home(scrape_home, tmp_path, monkeypatch):
-    monkeypatch.setenv("FLEET_TEST_COUNTER_DIR", str(tmp_path))
+    monkeypatch.setenv("FLEET_TEST_COUNTER_DIR", str(writable_dir(scrape_home)))
     return scrape_home
 
 
@@ -47,7 +47,14 @@ def _wait_dead(pid, seconds=15):
 
 
 def _files(home):
-    return sorted(p.name for p in (home / "browser-hosts").iterdir() if not p.name.startswith("."))
+    """The browser hosts' files (not the folder ``home``, the sandbox's user's HOME, when there is one)."""
+    return sorted(p.name for p in (home / "browser-hosts").iterdir() if not p.name.startswith(".") and not p.is_dir())
+
+
+def _sandbox(home):
+    """The sandbox the sources of SCRAPERS run in (as root: its user, and a view of the file system when pytest's
+    0700 folder hides FLEET_HOME from it, which each host's ``ID.view`` names)."""
+    return sandbox.for_attempt(EngineSettings.from_env(home), SCRAPERS / "probes.py")
 
 
 def _ppid(pid):
@@ -86,7 +93,7 @@ def test_a_worker_is_reused_only_after_a_clean_finish(home, tmp_path):
     # the hang takes the idle warm worker; at its limit the worker is killed with its browser, not reused
     out, _ = _run(home, "hangs", log)
     assert out.status == "timeout" and out.category == "source", out
-    assert int((tmp_path / "hangs.pid").read_text()) == first
+    assert int((home / "counters" / "hangs.pid").read_text()) == first
     _wait_dead(first)
     # a source that leaves a task running gets a new worker, which then retires
     out, rows = _run(home, "leaky", log)
@@ -103,10 +110,11 @@ def test_a_worker_is_reused_only_after_a_clean_finish(home, tmp_path):
     assert "(a new browser host;" in str(log)
     files = _files(home)  # only the idle worker's: the killed and retired ones were cleared away
     assert len({f.split(".")[0] for f in files}) == 1, files
-    assert sorted(f.split(".")[1] for f in files) == ["lock", "log", "pid", "sock"]
+    assert sorted(f.split(".")[1] for f in files) == sorted(["lock", "log", "pid", "sock",
+                                                              *(["view"] if _sandbox(home).plan else [])])
     # so are their temporary files: the idle worker's browser keeps its profile in the worker's own folder, and
     # the killed worker's (whose driver never removed it), the retired one's and the loner's are gone
-    tmp = pool.tmp_root(home / "browser-hosts")
+    tmp = pool.tmp_root(home / "browser-hosts", _sandbox(home).uid)
     [own] = tmp.iterdir()
     assert own.name.startswith(f"{rows[0]['pid']}-"), own
     assert any(p.name.startswith("playwright_chromiumdev_profile-") for p in own.iterdir()), list(own.iterdir())
@@ -142,7 +150,7 @@ def test_a_warm_worker_dies_with_its_step(home, tmp_path):
             f"run_source(s, {WEEK!r}, store=LocalArtifactStore({str(home / 'artifacts')!r}), run_id='t',"
             f" settings=EngineSettings.from_env(Path({str(home)!r})))")
     step = subprocess.Popen([sys.executable, "-c", code], env={**os.environ, "PYTHONPATH": str(ROOT)})
-    marker = tmp_path / "lingers.pid"
+    marker = home / "counters" / "lingers.pid"
     deadline = time.monotonic() + 90
     while not marker.exists():
         assert step.poll() is None and time.monotonic() < deadline, "lingers never started"
@@ -235,7 +243,7 @@ def test_stop_idle_leaves_a_worker_in_use_alone(home, tmp_path):
     """A step holds its worker's lock while the source runs: ``stop_idle`` (the end of ``fleet run``) skips it."""
     step = threading.Thread(target=_run, args=(home, "lingers"))
     step.start()
-    marker = tmp_path / "lingers.pid"
+    marker = home / "counters" / "lingers.pid"
     deadline = time.monotonic() + 90
     while not marker.exists():
         assert step.is_alive() and time.monotonic() < deadline, "lingers never started"

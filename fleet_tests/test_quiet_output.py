@@ -3,7 +3,7 @@ table. Dagster's own lines (its DEBUG step events, its INFO and WARNING lines, e
 messages already carry) appear only with -v."""
 import re
 
-from fleet_tests.conftest import ROOT, WEEK, run_fleet
+from fleet_tests.conftest import ROOT, WEEK, run_fleet, writable_dir
 
 STEADY_DIR = ROOT / "fleet_tests" / "scrapers_crash"
 
@@ -15,8 +15,7 @@ def _env(fleet_env):
     d.mkdir(exist_ok=True)
     for name in ("steady.py", "raises.py"):
         (d / name).write_text((STEADY_DIR / name).read_text())
-    counters = fleet_env.tmp / "counters"
-    counters.mkdir(exist_ok=True)
+    counters = writable_dir(fleet_env.home)
     return {**fleet_env.env, "FLEET_SCRAPERS_DIR": str(d), "FLEET_TEST_COUNTER_DIR": str(counters)}
 
 

@@ -12,7 +12,7 @@ from fleet.scraping.discovery import discover
 from fleet.engine.runner import EngineSettings, run_source
 from fleet.storage import store as keys
 from fleet.storage.store import LocalArtifactStore
-from fleet_tests.conftest import WEEK, Lines
+from fleet_tests.conftest import WEEK, Lines, writable_dir
 
 HEADER = "import asyncio, os, time\nimport polars as pl\nfrom fleet import Scraper\n"
 
@@ -351,7 +351,7 @@ def test_a_process_a_scraper_leaves_running_is_killed_with_the_source_not_left_f
     log = Lines()
     out, _ = run(home, plain, log=log)
     assert out.status == "ok" and "left" not in str(log), str(log)  # nothing to report for a tidy source
-    pid_file = tmp_path / "child.pid"
+    pid_file = writable_dir(home) / "child.pid"  # where the sandboxed scraper may write
     src = scraper(tmp_path, "spawner", f"""
         import subprocess
         child = subprocess.Popen(["sleep", "600"])

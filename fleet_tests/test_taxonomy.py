@@ -5,17 +5,18 @@ import subprocess
 import sys
 import textwrap
 
-from fleet_tests.conftest import ROOT, WEEK, committed_frame, run_fleet, stored_outcome
+from fleet_tests.conftest import ROOT, WEEK, committed_frame, run_fleet, stored_outcome, writable_dir
 from fleet_tests.gitremote import log
 
 CRASH_DIR = ROOT / "fleet_tests" / "scrapers_crash"
 
 
 def _env(fleet_env, reruns=2):
-    counters = fleet_env.tmp / "counters"
-    counters.mkdir(exist_ok=True)
+    counters = writable_dir(fleet_env.home)
+    # FLEET_SANDBOX=off: crash_once, crash_always and kills_its_run stand for a crash of fleet's own step or run
+    # process by SIGKILLing it from the scraper, which a sandboxed scraper (another user) rightly may not do
     return {**fleet_env.env, "FLEET_SCRAPERS_DIR": str(CRASH_DIR), "FLEET_CRASH_RERUNS": str(reruns),
-            "FLEET_TEST_COUNTER_DIR": str(counters)}, counters
+            "FLEET_TEST_COUNTER_DIR": str(counters), "FLEET_SANDBOX": "off"}, counters
 
 
 def _runs(counters, name):

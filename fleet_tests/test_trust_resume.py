@@ -13,7 +13,7 @@ from fleet.storage import provenance
 from fleet.storage import store as keys
 from fleet.storage.store import LocalArtifactStore
 from fleet_tests.trust import sites  # noqa: F401 (a fixture)
-from fleet_tests.conftest import WEEK
+from fleet_tests.conftest import WEEK, writable_dir
 from fleet_tests.test_runner import HEADER
 
 MODULE = """from fleet.demo import site_url
@@ -84,13 +84,13 @@ def test_a_killed_crawl_resumes_with_every_row_once(sites, scrape_home, tmp_path
         name = f"crawl_{phase}"
         src = crawler(tmp_path, name)
         monkeypatch.setenv("KILL_AT", f"{phase}:{n}")
-        monkeypatch.setenv("KILL_MARKER", str(tmp_path / f"killed-{phase}"))
+        monkeypatch.setenv("KILL_MARKER", str(writable_dir(scrape_home) / f"killed-{phase}"))
         if phase == "navigation":
             sites.latency_s = 0.3  # only the page it dies on is slow: set back once it has died
         killed, _ = _scrape(scrape_home, src)
         sites.latency_s = 0
         assert (killed.status, killed.category) == ("failed", "infra"), killed
-        assert (tmp_path / f"killed-{phase}").exists()
+        assert (scrape_home / "counters" / f"killed-{phase}").exists()
         resumed, frame = _scrape(scrape_home, src, reexecution=True)
         assert resumed.status == "ok", resumed
         got = frame.drop(provenance.COLUMNS).sort("code")

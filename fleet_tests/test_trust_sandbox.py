@@ -1,15 +1,19 @@
 """The browser sandbox through real workers and Chromium, as root: the scraper's code and Chromium run as an
 unprivileged user, with Chromium's sandbox on (no --no-sandbox, renderers under seccomp), in warm workers and in
-workers of their own; the data repository's token never reaches a worker. Where the sandbox cannot be had, fleet
-says so once, in one line, and runs as today."""
+workers of their own; the data repository's token never reaches a worker; a FLEET_HOME and scrapers under a 0700
+folder still sandbox (a process sampler over a whole week sees nothing of fleet's attempts as root). Where the
+sandbox cannot be had, fleet refuses to scrape (exit 2, one line), unless FLEET_SANDBOX=off, which it says at start
+and tags the run with."""
 import os
 import shutil
 import tempfile
+import threading
+import time
 from pathlib import Path
 
 import pytest
 
-from fleet.engine import pool
+from fleet.engine import pool, sandbox
 from fleet.scraping.discovery import discover
 from fleet.engine.runner import EngineSettings, run_source
 from fleet.storage import store as keys
@@ -98,42 +102,137 @@ def test_scraper_code_and_chromium_run_unprivileged_with_the_sandbox_on(open_hom
     assert any(p["seccomp"] == 2 for p in procs), procs  # the renderer, in its seccomp-bpf sandbox
 
 
-def test_without_a_sandbox_user_fleet_says_so_once_and_runs_as_today(fleet_env):
+NO_USER = ("fleet: error: fleet refuses to scrape: the browser sandbox cannot run: there is no user 'no-such-user-here' "
+           "(FLEET_SANDBOX_USER) to run attempt processes as; create it (useradd --system no-such-user-here) or name "
+           "another in FLEET_SANDBOX_USER, or set FLEET_SANDBOX=off to scrape without the sandbox")
+OFF_LINE = ("fleet: the browser sandbox is off (FLEET_SANDBOX=off); attempt processes and Chromium run as root with "
+            "--no-sandbox")
+
+
+def _books(fleet_env) -> dict:
     scrapers = fleet_env.tmp / "scrapers"
-    scrapers.mkdir()
+    scrapers.mkdir(exist_ok=True)
     (scrapers / "books.py").write_text((ROOT / "scrapers" / "books.py").read_text())
-    env = {**fleet_env.env, "FLEET_SCRAPERS_DIR": str(scrapers), "FLEET_SANDBOX_USER": "no-such-user-here"}
+    return {**fleet_env.env, "FLEET_SCRAPERS_DIR": str(scrapers), "FLEET_SANDBOX_USER": "no-such-user-here"}
+
+
+def test_an_impossible_sandbox_refuses_to_scrape_in_one_line(fleet_env, monkeypatch):
+    """No such user: `fleet demo` and `fleet test` (the engine's own check) stop with exit 2 and the one line."""
+    env = _books(fleet_env)
+    res = run_fleet(env, "demo", "--week", WEEK, "--force")
+    assert res.returncode == 2, res.stdout[-2000:] + res.stderr[-3000:]
+    assert res.stderr.strip().splitlines() == [NO_USER], res.stderr[-3000:]
+    assert "scraping week" not in res.stdout + res.stderr
+    res = run_fleet(env, "test", "books")
+    assert (res.returncode, res.stderr.strip().splitlines()) == (2, [NO_USER]), res.stdout + res.stderr[-3000:]
+    monkeypatch.setenv("FLEET_SANDBOX_USER", "no-such-user-here")
+    with pytest.raises(sandbox.SandboxRefused, match="no user 'no-such-user-here'"):  # the engine, without the CLI
+        sandbox.for_attempt(EngineSettings.under(fleet_env.home, chromium="/usr/bin/true"), ROOT / "scrapers" / "books.py")
+
+
+def test_with_fleet_sandbox_off_fleet_says_so_once_runs_and_tags_the_run(fleet_env, monkeypatch):
+    from fleet.config import settings
+    from fleet.defs.instance import get_instance
+    from fleet import records
+
+    env = {**_books(fleet_env), "FLEET_SANDBOX": "off"}
     res = run_fleet(env, "demo", "--week", WEEK, "--force")
     assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-3000:]
     lines = [l for l in res.stderr.splitlines() if "browser sandbox" in l]
-    assert lines == ["fleet: the browser sandbox is off (there is no user 'no-such-user-here' (FLEET_SANDBOX_USER) "
-                     "to run attempt processes as); attempt processes and Chromium run as root with --no-sandbox"], lines
+    assert lines == [OFF_LINE], res.stderr[-3000:]
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    instance = get_instance(settings())
+    scraped = [r for r in records.runs(instance) if r.tags.get("fleet/kind") == "scrape"]
+    assert scraped and all(r.tags.get(sandbox.TAG) == "off" for r in scraped), [r.tags for r in scraped]
 
 
 def test_fleet_ui_says_the_sandbox_is_off_once_at_start(fleet_env):
     """The UI's runs scrape on this host too: `fleet ui` says the same line once, as it starts."""
     from fleet_tests.conftest import start_ui, stop_ui
 
-    ui, _port = start_ui(fleet_env, {**fleet_env.env, "FLEET_SANDBOX_USER": "no-such-user-here"}, settle_s=0)
+    ui, _port = start_ui(fleet_env, {**fleet_env.env, "FLEET_SANDBOX": "off"}, settle_s=0)
     stop_ui(ui)
     seen = (fleet_env.tmp / "ui.log").read_text().splitlines()
     said = [ln for ln in seen if "browser sandbox" in ln]
-    assert said == ["fleet: the browser sandbox is off (there is no user 'no-such-user-here' (FLEET_SANDBOX_USER) to "
-                    "run attempt processes as); attempt processes and Chromium run as root with --no-sandbox"], seen
+    assert said == [OFF_LINE], seen
 
 
-def test_a_sandboxed_week_runs_end_to_end(open_home, tmp_path):
-    """`fleet demo` as root, with FLEET_HOME where the sandbox's user can reach it: no "sandbox is off" line, the
-    warm workers are that user's, and the week is committed (by root, with the token the workers never saw)."""
+class Sampler(threading.Thread):
+    """Polls /proc until stopped, for the processes of one FLEET_HOME (their environment names it, or they descend
+    from ``root_pid``): each Chromium and each attempt process or browser host (``python -m fleet.engine.attempt``
+    or ``.host``) it sees, with its uids and whether its command line has ``--no-sandbox``."""
+
+    def __init__(self, home: Path, root_pid: int):
+        super().__init__(daemon=True)
+        self.marker, self.root_pid = f"FLEET_HOME={home}".encode(), root_pid
+        self.seen: dict[tuple, dict] = {}
+        self.done = threading.Event()
+
+    def _ours(self, pid: str) -> bool:
+        try:
+            if self.marker in open(f"/proc/{pid}/environ", "rb").read().split(b"\0"):
+                return True
+            p = int(pid)
+            while p > 1:
+                p = int(open(f"/proc/{p}/stat").read().rsplit(")", 1)[1].split()[1])
+                if p == self.root_pid:
+                    return True
+        except (OSError, ValueError, IndexError):
+            pass
+        return False
+
+    def run(self):
+        while not self.done.is_set():
+            for pid in filter(str.isdigit, os.listdir("/proc")):
+                try:
+                    argv = open(f"/proc/{pid}/cmdline", "rb").read().decode(errors="replace").split("\0")
+                    status = open(f"/proc/{pid}/status").read()
+                except OSError:
+                    continue
+                chromium = "chrom" in os.path.basename(argv[0]) or "headless_shell" in argv[0]
+                attempt = argv[1:3] in (["-m", "fleet.engine.attempt"], ["-m", "fleet.engine.host"])
+                if (chromium or attempt or "--no-sandbox" in argv) and self._ours(pid):
+                    uids = [int(u) for u in next(l for l in status.splitlines() if l.startswith("Uid:")).split()[1:]]
+                    self.seen[(pid, argv[0])] = {"kind": "chromium" if chromium else "attempt", "uids": uids,
+                                                 "no_sandbox": "--no-sandbox" in argv, "argv": " ".join(argv)[:200]}
+            time.sleep(0.01)
+
+
+def test_a_week_under_a_0700_folder_scrapes_only_inside_the_sandbox(tmp_path):
+    """`fleet demo` as root, with FLEET_HOME and the scrapers under a fresh 0700 folder (mktemp -d), the interpreter
+    under /root (0700 here): the week is scraped in the sandbox all the same. A sampler polling /proc over the whole
+    week sees Chromium and attempt processes, none as root and none with --no-sandbox; the week is committed (by
+    root, with the token the attempt processes never saw); the 0700 folder keeps its mode."""
     from fleet_tests.gitremote import make_remote
     from fleet_tests.conftest import committed_frame
 
-    remote = make_remote(tmp_path)
-    env = {k: v for k, v in os.environ.items() if k != "DAGSTER_HOME"}
-    env.update(FLEET_DATA_REMOTE=str(remote), FLEET_DEMO_LATENCY_MS="10", PYTHONPATH=str(ROOT))
-    res = run_fleet(env, "demo", "--week", WEEK, "--force", "--source", "books", "--source", "jobs")
-    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-3000:]
-    assert "browser sandbox is off" not in res.stderr, res.stderr[-2000:]
-    workers = open_home / "home" / "browser-hosts"
-    assert {p.stat().st_uid for p in workers.glob("*.pid")} == {65534}
-    assert sorted(set(committed_frame(remote, f"data/{WEEK}/raw.parquet")["source"])) == ["books", "jobs"]
+    top = Path(tempfile.mkdtemp(prefix="fleet-0700-"))
+    try:
+        assert top.stat().st_mode & 0o777 == 0o700
+        (top / "scrapers").mkdir()
+        for name in ("books", "jobs"):
+            shutil.copy(ROOT / "scrapers" / f"{name}.py", top / "scrapers")
+        remote = make_remote(tmp_path)
+        env = {k: v for k, v in os.environ.items() if not k.startswith("FLEET_") and k != "DAGSTER_HOME"}
+        env.update(FLEET_HOME=str(top / "home"), FLEET_SCRAPERS_DIR=str(top / "scrapers"), FLEET_DATA_REMOTE=str(remote),
+                   FLEET_DEMO_LATENCY_MS="10", FLEET_GIT_TOKEN="s3cr3t-token", PYTHONPATH=str(ROOT))
+        (top / "home").mkdir()
+        sampler = Sampler(top / "home", os.getpid())
+        sampler.start()
+        try:
+            res = run_fleet(env, "demo", "--week", WEEK, "--force")
+        finally:
+            sampler.done.set()
+            sampler.join()
+        assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-3000:]
+        assert "browser sandbox" not in res.stderr, res.stderr[-2000:]
+        seen = list(sampler.seen.values())
+        assert any(p["kind"] == "chromium" for p in seen) and any(p["kind"] == "attempt" for p in seen), seen
+        assert not [p for p in seen if 0 in p["uids"]], seen
+        assert not [p for p in seen if p["no_sandbox"]], seen
+        assert top.stat().st_mode & 0o777 == 0o700  # no mode of the operator's was changed
+        assert sorted(set(committed_frame(remote, f"data/{WEEK}/raw.parquet")["source"])) == ["books", "jobs"]
+    finally:
+        pool.stop(top / "home" / "browser-hosts")
+        shutil.rmtree(top, ignore_errors=True)

@@ -203,6 +203,17 @@ def storage_failures(context, source: str, store):
                                 "fleet/host": MetadataValue.text(host_label())}) from exc
 
 
+def tag_sandbox_off(context, settings, source: Source) -> None:
+    """A run that scrapes without the browser sandbox (the operator's FLEET_SANDBOX=off) says so in its tags
+    (``fleet/sandbox``); where the sandbox cannot be had, the step is refused (``SandboxRefused``)."""
+    from fleet import records
+    from fleet.engine import sandbox
+
+    box = sandbox.for_attempt(settings, source.module_path)
+    if box.off and context.run.tags.get(sandbox.TAG) != "off":
+        records.add_tags(context.instance, context.run_id, {sandbox.TAG: "off"})
+
+
 def _raw_compute(source: Source, crash_reruns: int):
     """The compute function of ``raw/<source>``: scrape the week (or reuse it), check it, report it."""
     key = AssetKey(["raw", source.name])
@@ -217,11 +228,13 @@ def _raw_compute(source: Source, crash_reruns: int):
         # A crash's re-execution (in the run, or a rerun run of the sensors or `fleet run`) carries the first
         # attempt's config: its `refresh` must not clear what the crashed attempt left to resume from.
         reexecution = context.retry_number > 0 or context.run.tags.get(tx.TAG_KIND) == "rerun"
+        settings = browser.engine_settings()
+        tag_sandbox_off(context, settings, source)
         with storage_failures(context, source.name, store):
             out = run_source(source, week, store=store, run_id=context.run_id, deep=config.deep,
                              timeout_s=config.timeout_s, refresh=config.refresh, reexecution=reexecution,
                              retry={"attempts": config.retry_attempts}, forced=forced, log=context.log,
-                             settings=browser.engine_settings(), judge_trace=True)
+                             settings=settings, judge_trace=True)
         common = {
             "fleet/status": out.status, "seconds": float(out.seconds), "pages": out.pages,
             "url": MetadataValue.text(out.url or "-"), "fleet/host": MetadataValue.text(host_label()),

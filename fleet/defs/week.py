@@ -29,17 +29,11 @@ def _logging(verbose: bool) -> dict:
 
 
 def say_sandbox(home, echo=click.echo) -> None:
-    """One line at start when the browser sandbox is off (fleet/scraping/sandbox.py), and why."""
+    """One line at start when the operator turned the browser sandbox off (fleet/engine/sandbox.py); refused
+    (``SandboxRefused``, one line naming why and the fix) where it cannot be had."""
     from fleet.engine import sandbox
 
-    home.mkdir(parents=True, exist_ok=True)  # the steps judge the sandbox with FLEET_HOME there: so does this
-    line = sandbox.describe(sandbox.current(home, scraper_dirs()))
-    if line and line not in _said:  # once per command, also when a backfill runs many weeks
-        _said.add(line)
-        echo(line, err=True)
-
-
-_said: set[str] = set()
+    sandbox.announce(home, scraper_dirs(), chromium_path(), lambda line: echo(line, err=True))
 
 
 def past_week_refusal(week: str, sources: tuple[str, ...] = (), deep: tuple[str, ...] = (),

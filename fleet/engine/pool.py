@@ -45,7 +45,9 @@ CONNECT_TIMEOUT_S = 10.0
 # taken without waiting, so one host serves one source at a time), ``ID.pid``, ``ID.sock`` (its socket, created once
 # its browser is up) and ``ID.log`` (what it writes between sources). A host being started has only ``.ID.lock``
 # until its starter renames it into place, already locked.
-KINDS = ("lock", "pid", "sock", "log")
+# ``ID.view`` holds the jail's plan the host runs in (fleet/engine/sandbox.py), if any: only a step whose sandbox
+# has the same plan takes that host, as only then are its source's folders in the host's view.
+KINDS = ("lock", "pid", "sock", "log", "view")
 
 
 def paths(directory: Path, wid: str) -> dict[str, Path]:
@@ -201,7 +203,16 @@ def _connect(directory: Path, wid: str, pid: int, lock_fd: int, new: bool) -> Le
     return Lease(directory, wid, pid, int(served), conn, reader, lock_fd, new)
 
 
-def _try_take(directory: Path, wid: str) -> Lease | None:
+def _view(directory: Path, wid: str) -> str:
+    try:
+        return (directory / f"{wid}.view").read_text()
+    except OSError:
+        return ""
+
+
+def _try_take(directory: Path, wid: str, plan: str = "") -> Lease | None:
+    if _view(directory, wid) != plan:
+        return None  # a host that sees other folders (its sandbox's jail was planned for other sources)
     fd = try_lock(directory, wid)
     if fd is None:
         return None
@@ -227,11 +238,12 @@ def lease(settings: EngineSettings, box: Sandbox | None = None) -> Lease:
     for pid, popen in list(_children.items()):  # reap the ones that left since
         if popen.poll() is not None:
             del _children[pid]
+    box = box or Sandbox()
     for wid in host_ids(directory):
-        taken = _try_take(directory, wid)
+        taken = _try_take(directory, wid, box.plan)
         if taken is not None:
             return taken
-    return _start(settings, box or Sandbox())
+    return _start(settings, box)
 
 
 def _start(settings: EngineSettings, box: Sandbox) -> Lease:
@@ -255,6 +267,8 @@ def _start(settings: EngineSettings, box: Sandbox) -> Lease:
                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, close_fds=True,
                 env=sandbox.attempt_env(config.process_env(), box, home))
         _children[popen.pid] = popen
+        if box.plan:
+            files["view"].write_text(box.plan)
         files["pid"].write_text(str(popen.pid))
         sandbox.hand_over_files(box, files["pid"])
         os.replace(tmp_lock, files["lock"])

@@ -37,7 +37,13 @@ def run_source(source: Source, week: str, *, store: ArtifactStore, run_id: str, 
     a successful attempt's trace waits in the work folder for the caller's quality gate (outcome.settle_trace)."""
     log_line = (log.info if log else (lambda *a: None))
     prefix = f"[run {run_id}] [{source.name}]"
-    previous = keys.stored_complete(store, week, source.name, deep=deep)
+    latest, previous = keys.read_outcome(store, week, source.name) or {}, keys.stored_complete(store, week, source.name,
+                                                                                             deep=deep)
+    # a corrupt object in the store (a garbled outcome, a truncated parquet) is named and never reused: scraped again
+    problem = latest.get("corrupt") and latest["error"] or (previous and keys.rows_problem(store, week, previous))
+    if problem:
+        (log.warning if log else log_line)(f"{prefix} {problem}; scraping the source again")
+        previous = None
     if not refresh and previous is not None:
         out = Outcome(**{**previous, "reused": True, "run_id": run_id})
         log_line(f"{prefix} week {week} already scraped ({out.rows} rows); reusing the stored artifact")

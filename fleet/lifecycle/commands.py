@@ -10,6 +10,14 @@ from fleet.storage.open import host_store
 EXIT_OK, EXIT_PARTIAL = 0, 1
 
 
+def _start() -> None:
+    """What every command that opens a page checks first: a Chromium, and the browser sandbox (refused where it
+    cannot be had; one line when the operator turned it off)."""
+    from fleet.engine import sandbox
+
+    sandbox.announce(settings().home, scraper_dirs(), chromium_path(), lambda line: click.echo(line, err=True))
+
+
 def _table(rows, echo) -> int:
     from fleet.lifecycle.replay import print_table
 
@@ -20,6 +28,7 @@ def _table(rows, echo) -> int:
 def new_source(name: str, url: str, echo=click.echo) -> int:
     from fleet.lifecycle.scaffold import new
 
+    _start()
     module, har, expect = new(name, url, scraper_dirs())
     echo(f"fleet: wrote {module} and {har} ({expect['rows']} row(s)); edit the scraper, then "
          f"`fleet record {name}` and `fleet test {name}`")
@@ -29,7 +38,7 @@ def new_source(name: str, url: str, echo=click.echo) -> int:
 def test(names: tuple[str, ...], echo=click.echo) -> int:
     from fleet.lifecycle.replay import test_sources
 
-    chromium_path()
+    _start()
     rows = test_sources(scraper_dirs(), names)
     code = _table(rows, echo)
     if not any(r.result != "skip" for r in rows):
@@ -41,7 +50,7 @@ def record(name: str, echo=click.echo) -> int:
     from fleet.lifecycle.fixtures import compare
     from fleet.lifecycle.replay import demo_sites_if_bundled, record as record_fixture, select
 
-    chromium_path()
+    _start()
     (source,), _ = select(scraper_dirs(), (name,))
     with demo_sites_if_bundled():
         old, new = record_fixture(source)
@@ -58,7 +67,7 @@ def smoke(ref: str, echo=click.echo) -> int:
     from fleet.lifecycle.replay import demo_sites_if_bundled
     from fleet.scraping.discovery import discover
 
-    chromium_path()
+    _start()
     dirs = scraper_dirs()
     with demo_sites_if_bundled():
         rows = smoking.smoke(discover(dirs), ref, dirs[0], host_store(), echo)
@@ -69,7 +78,7 @@ def canary(names: tuple[str, ...], echo=click.echo) -> int:
     from fleet.lifecycle.canary import check
     from fleet.lifecycle.replay import demo_sites_if_bundled, select
 
-    chromium_path()
+    _start()
     sources, _ = select(scraper_dirs(), names)
     with demo_sites_if_bundled():
         rows = check(sources, host_store(), settings().home)  # the webhook: FLEET_ALERT_WEBHOOK, as for every alert

@@ -153,4 +153,5 @@ def smoke(sources: list[Source], ref: str, cwd: Path, lift_store: ArtifactStore,
     for name, why in hit.items():
         echo(f"fleet: smoke {name}: {why}")
     with tempfile.TemporaryDirectory(prefix="fleet-smoke-") as tmp:
+        Path(tmp).chmod(0o711)  # fleet's own folder: the sandbox's user reaches each source's scratch in it
         return run([s for s in sources if s.name in hit], Path(tmp), lift_store)

@@ -328,13 +328,43 @@ def outcomes(store: ArtifactStore, week: str, source: str) -> list[str]:
 
 def read_outcome(store: ArtifactStore, week: str, source: str) -> dict | None:
     """``source``'s outcome for ``week``: the one of the attempt that started last. An attempt that was cut off
-    and wrote after its rerun had finished started before it, so its outcome never counts over the rerun's."""
+    and wrote after its rerun had finished started before it, so its outcome never counts over the rerun's. A
+    garbled one counts as an infra failure that names it (:func:`attempt_outcome`): the source is scraped again."""
     attempts = outcomes(store, week, source)
-    return store.read_json(week, outcome_key(source, attempts[-1])) if attempts else None
+    return attempt_outcome(store, week, source, attempts[-1]) if attempts else None
+
+
+CORRUPT = "source {}: the store's {} of week {} is corrupt ({}); it is not used"  # source, key, week, what
+def attempt_outcome(store: ArtifactStore, week: str, source: str, attempt: str) -> dict:
+    """One attempt's stored outcome, checked as it is read: one that is not JSON, or not an outcome of
+    ``source``, is an infra failure whose error names it (``corrupt``: its key), never taken for a result."""
+    key = outcome_key(source, attempt)
+    try:
+        rec = store.read_json(week, key)
+        what = None if isinstance(rec, dict) and rec.get("source") == source else "not an outcome of this source"
+    except ValueError as exc:  # json.JSONDecodeError, UnicodeDecodeError
+        rec, what = None, f"not JSON: {exc}"
+    if what is None:
+        return rec
+    return {"source": source, "week": week, "status": "failed", "category": "infra", "attempt": None, "rows": 0,
+            "error": CORRUPT.format(source, key, week, what), "corrupt": key}
 
 
 def rows_stored(store: ArtifactStore, week: str, rec: dict | None) -> bool:
     return bool(rec and rec.get("attempt")) and store.exists(week, raw_key(rec["source"], rec["attempt"]))
+
+
+def rows_problem(store: ArtifactStore, week: str, rec: dict) -> str | None:
+    """Why the stored rows of outcome ``rec`` cannot be taken (a truncated or garbled parquet, or not as many rows
+    as its outcome says), in one line naming the source, week and key; None when they can. Reads the file's footer."""
+    key = rows_key(rec)
+    try:
+        height = pl.scan_parquet(store.local_copy(week, key)).select(pl.len()).collect().item()
+    except (pl.exceptions.PolarsError, OSError, ValueError) as exc:
+        return CORRUPT.format(rec["source"], key, week, f"unreadable parquet: {str(exc).splitlines()[0][:200]}")
+    if rec.get("rows") is not None and height != rec["rows"]:
+        return CORRUPT.format(rec["source"], key, week, f"{height} rows where its outcome says {rec['rows']}")
+    return None
 
 
 def rows_key(rec: dict) -> str:
@@ -359,8 +389,9 @@ def consolidated_outcome(store: "ArtifactStore", week: str, source: str) -> tupl
     The one rule for consolidation (fleet/transform/consolidate.py) and the week's checks."""
     attempts = outcomes(store, week, source)
     for i, attempt in enumerate(reversed(attempts)):
-        rec = store.read_json(week, outcome_key(source, attempt)) or {}
-        if rec.get("status") in USABLE_STATUSES and rows_stored(store, week, rec):
+        rec = attempt_outcome(store, week, source, attempt)
+        if (rec.get("status") in USABLE_STATUSES and rows_stored(store, week, rec)
+                and rows_problem(store, week, rec) is None):  # a corrupt object is never consolidated
             return rec, i > 0
     return None, False
 

@@ -38,8 +38,10 @@ def consolidate(store: ArtifactStore, week: str, sources: list[str], carry: dict
     included, kept, missing, forced, held, released, frames = {}, {}, {}, {}, {}, {}, []
     for name, rec in sorted(outcomes.items()):  # sources in name order: the file is deterministic without a sort
         taken, from_earlier = keys.consolidated_outcome(store, week, name)
-        if taken is None:
-            missing[name] = {"status": rec.get("status"), "category": rec.get("category"), "error": rec.get("error")}
+        if taken is None:  # a usable outcome whose parquet is corrupt (keys.rows_problem) is reported, never taken
+            why = keys.rows_stored(store, week, rec) and keys.rows_problem(store, week, rec)
+            missing[name] = ({"status": "failed", "category": "infra", "error": why} if why else
+                             {"status": rec.get("status"), "category": rec.get("category"), "error": rec.get("error")})
             continue
         judged = gate.verdict(store, week, name, taken)
         if judged and judged[0] == "held":
