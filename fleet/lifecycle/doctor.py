@@ -102,6 +102,56 @@ async def examine(old_har: Path | None, new_har: Path | None, used: locators.Use
     return Examined(then, now, {s: p for s, p in proposals.items() if needs_repair(then, now, _row(used, s))})
 
 
+EXAMINE_TIMEOUT_S = 300
+
+
+def examine_sandboxed(source: Source, old_har: Path | None, new_har: Path, stored: list[dict] | None,
+                      tmp: Path) -> Examined:
+    """:func:`examine` in a process of its own, as the engine's attempts run: as the sandbox's user with Chromium's
+    own sandbox on (fleet/engine/sandbox.py), since the recorded pages are the site's, scripts and all. Refused,
+    as an attempt is, where the sandbox cannot be had."""
+    import json
+    import subprocess
+    import sys
+
+    from fleet.engine import sandbox
+    from fleet.engine.settings import EngineSettings
+
+    settings = EngineSettings.from_env()
+    box = sandbox.for_attempt(settings, source.module_path)
+    home = sandbox.prepare(box, settings)
+    folder = tmp / "examine"
+    (folder / "tmp").mkdir(parents=True)
+    spec = folder / "spec.json"
+    spec.write_text(json.dumps({"module": str(source.module_path), "old_har": str(old_har) if old_har else None,
+                                "new_har": str(new_har), "stored": stored, "out": str(folder / "examined.json")},
+                               default=str))
+    sandbox.hand_over(box, folder)
+    env = {**sandbox.attempt_env(config.process_env(), box, home), "TMPDIR": str(folder / "tmp")}
+    try:
+        done = subprocess.run(sandbox.command(box, [sys.executable, "-m", "fleet.lifecycle.doctor", str(spec)]),
+                              env=env, capture_output=True, text=True, timeout=EXAMINE_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        raise FleetError(f"source {source.name}: comparing last week's pages with today's took over "
+                         f"{EXAMINE_TIMEOUT_S} s; nothing was changed") from None
+    if done.returncode != 0 or not (folder / "examined.json").exists():
+        last_line = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        raise FleetError(f"source {source.name}: comparing last week's pages with today's failed: {last_line}")
+    return Examined(**json.loads((folder / "examined.json").read_text()))
+
+
+def _examine_main(spec_path: str) -> int:
+    """The sandboxed process of :func:`examine_sandboxed`."""
+    import json
+
+    spec = json.loads(Path(spec_path).read_text())
+    used = locators.parse(Path(spec["module"]))
+    ex = asyncio.run(examine(Path(spec["old_har"]) if spec["old_har"] else None, Path(spec["new_har"]), used,
+                             spec["stored"]))
+    Path(spec["out"]).write_text(json.dumps(dataclasses.asdict(ex), default=str))
+    return 0
+
+
 def _row(used: locators.Used, selector: str) -> locators.RowLocator:
     return next(r for r in used.rows if r.selector == selector)
 
@@ -211,7 +261,7 @@ def doctor(source: Source, apply: bool, echo) -> int:
         echo(f"fleet doctor {source.name}: last good week {week} ({label}): {last.height} rows; "
              f"today's page, live, same week: {now_got['rows']} rows ({now_got['status']}"
              f"{': ' + now_got['error'].splitlines()[0] if now_got['error'] else ''})")
-        ex = asyncio.run(examine(har, today_har, used, None if har else last.to_dicts()))
+        ex = examine_sandboxed(source, har, today_har, None if har else last.to_dicts(), tmp)
         w = max([24, *(len(s) for s in ex.then)])
         echo(f"  {'locator':<{w}} {'then':>5} {'now':>5}")
         for s in ex.then:
@@ -268,3 +318,9 @@ def doctor(source: Source, apply: bool, echo) -> int:
     os.replace(tmp_path, source.module_path)
     echo(f"applied to {source.module_path}; re-record its fixture with `fleet record {source.name}`")
     return 0
+
+
+if __name__ == "__main__":
+    import sys
+
+    sys.exit(_examine_main(sys.argv[1]))
