@@ -236,3 +236,15 @@ def test_a_week_under_a_0700_folder_scrapes_only_inside_the_sandbox(tmp_path):
     finally:
         pool.stop(top / "home" / "browser-hosts")
         shutil.rmtree(top, ignore_errors=True)
+
+
+def test_a_local_artifact_store_outside_fleet_home_is_in_the_sandboxs_view(tmp_path, monkeypatch):
+    """FLEET_ARTIFACTS may name a folder outside FLEET_HOME (the benches do): the attempts write their spool and
+    evidence there, so the view makes it writable as it does FLEET_HOME."""
+    store = tmp_path / "elsewhere" / "artifacts"
+    store.mkdir(parents=True)
+    monkeypatch.setenv("FLEET_ARTIFACTS", str(store))
+    writable = [p for p, w in sandbox.needed(tmp_path / "home", [tmp_path / "scrapers"], None) if w]
+    assert writable == [tmp_path / "home", store.resolve()]
+    monkeypatch.setenv("FLEET_ARTIFACTS", "s3://bucket/prefix")  # nothing of the machine's to put back
+    assert [p for p, w in sandbox.needed(tmp_path / "home", [], None) if w] == [tmp_path / "home"]

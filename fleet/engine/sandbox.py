@@ -108,12 +108,15 @@ def _may(path: Path, uid: int, gid: int, bits: int) -> bool:
 
 def needed(home: Path, scraper_dirs: list[Path], chromium: str | None) -> list[tuple[Path, bool]]:
     """The folders a sandboxed process reads (the interpreter, fleet's code and its libraries, the scrapers,
-    Chromium's folder) and writes (FLEET_HOME), each with whether it writes there."""
+    Chromium's folder) and writes (FLEET_HOME, and a local artifact store outside it: FLEET_ARTIFACTS), each with
+    whether it writes there."""
     import fleet
 
     code = [Path(sys.prefix), Path(sys.base_prefix), Path(sys.executable).parent, Path(fleet.__file__).parent.parent,
             *(Path(p) for p in sys.path if p), *scraper_dirs, *([Path(chromium).parent] if chromium else [])]
-    return [(home, True), *((p, False) for p in code)]
+    store = config.settings().artifacts
+    writes = [home, *([Path(store)] if store and not store.startswith("s3://") else [])]
+    return [*((p, True) for p in writes), *((p, False) for p in code)]
 
 
 def make_plan(uid: int, gid: int, folders: list[tuple[Path, bool]], must: list[Path]) -> tuple[str, list[str]]:
@@ -152,7 +155,7 @@ def current(home: Path, scraper_dirs: list[Path], chromium: str | None = None) -
     """How this machine's attempt processes run, decided once per process."""
     name = config.sandbox_user()
     switch = config.sandbox_switch()
-    cache_key = (name, switch, str(home), tuple(map(str, scraper_dirs)), chromium)
+    cache_key = (name, switch, str(home), tuple(map(str, scraper_dirs)), chromium, config.settings().artifacts)
     if cache_key in _current:
         return _current[cache_key]
     if switch == "off":
