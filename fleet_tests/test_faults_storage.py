@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from fleet_tests.conftest import ROOT, WEEK, committed_frame
+from fleet_tests.conftest import ROOT, WEEK, committed_frame, writable_dir
 from fleet_tests.gitremote import log
 from fleet_tests.s3server import CREDENTIALS, Outage, s3_server
 from fleet_tests.services import Postgres
@@ -96,12 +96,12 @@ def test_a_full_disk_under_fleet_home_fails_the_attempt_as_infra_and_the_week_co
     from fleet.storage.frames import read_spool
 
     fleet_env = small_home
-    scrapers, counters = fleet_env.tmp / "scrapers", fleet_env.tmp / "counters"
+    # what the scrapers write or look for lies where their sandboxed attempt processes can reach it
+    scrapers, counters = fleet_env.tmp / "scrapers", writable_dir(fleet_env.home)
     scrapers.mkdir()
-    counters.mkdir()
     (scrapers / "steady.py").write_text((ROOT / "fleet_tests" / "scrapers_crash" / "steady.py").read_text())
     (scrapers / "fills_disk.py").write_text(FILLS_DISK)
-    filler = fleet_env.home / "filler"
+    filler = writable_dir(fleet_env.home, "fill") / "filler"
     before = len(log(fleet_env.remote))
     with Postgres() as pg:
         env = {**fleet_env.env, "FLEET_POSTGRES_URL": pg.url, "FLEET_SCRAPERS_DIR": str(scrapers),
@@ -200,9 +200,10 @@ def test_the_s3_store_stopped_mid_week_and_started_again_fails_the_attempt_as_in
     import s3fs
     from dagster import DagsterEventType, DagsterInstance
 
-    scrapers, counters, go = fleet_env.tmp / "scrapers", fleet_env.tmp / "counters", fleet_env.tmp / "go"
+    # what the scrapers write or look for lies where their sandboxed attempt processes can reach it
+    scrapers, counters = fleet_env.tmp / "scrapers", writable_dir(fleet_env.home)
+    go = writable_dir(fleet_env.home, "signals") / "go"
     scrapers.mkdir()
-    counters.mkdir()
     (scrapers / "steady.py").write_text((ROOT / "fleet_tests" / "scrapers_crash" / "steady.py").read_text())
     (scrapers / "waits.py").write_text(WAITS)
     before = len(log(fleet_env.remote))
