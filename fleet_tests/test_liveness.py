@@ -45,7 +45,10 @@ def test_a_run_on_another_host_lives_while_it_beats_and_is_failed_and_followed_u
         env = {**fleet_env.env, "FLEET_POSTGRES_URL": pg.url, "FLEET_ARTIFACTS": str(artifacts),
                "FLEET_SCRAPERS_DIR": str(scrapers), "FLEET_TEST_COUNTER_DIR": str(counters),
                "FLEET_RUN_MONITOR_S": str(MONITOR_S), "FLEET_TEST_KILL_RUN": "SIGKILL",
-               "FLEET_TEST_KILL_WHEN": str(go), "FLEET_TEST_THEN": "ok"}
+               "FLEET_TEST_KILL_WHEN": str(go), "FLEET_TEST_THEN": "ok",
+               # its scraper stands in for a dying machine by killing fleet's own run process, which a sandboxed
+               # attempt rightly cannot (as in test_daemon)
+               "FLEET_SANDBOX": "off"}
         here = {**env, "DAGSTER_HOME": str(fleet_env.home / "dagster")}
         there_home = fleet_env.tmp / "there"
         there_home.mkdir()

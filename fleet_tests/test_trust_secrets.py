@@ -82,8 +82,11 @@ def test_the_step_that_commits_reads_the_token_file_and_refuses_one_others_may_r
     from fleet.defs.resources import DataRepository
     from fleet.publish.remote import parse_remote
 
-    monkeypatch.delenv("FLEET_GIT_TOKEN", raising=False)
-    monkeypatch.delenv("FLEET_GIT_TOKEN_FILE", raising=False)
+    # hide_git_token writes os.environ itself: set, then delete, so monkeypatch removes what it writes at the end
+    # (a delenv of a name not set records nothing, and the file's name leaked into the tests after this one)
+    for name in ("FLEET_GIT_TOKEN", "FLEET_GIT_TOKEN_FILE"):
+        monkeypatch.setenv(name, "")
+        monkeypatch.delenv(name)
     monkeypatch.setenv("FLEET_HOME", str(tmp_path))
     monkeypatch.setenv("FLEET_GIT_TOKEN", "t0ken-value")
     from fleet.secrets import hide_git_token
