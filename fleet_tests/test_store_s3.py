@@ -254,6 +254,8 @@ def test_a_failures_evidence_is_stored_and_linked_for_the_ui(s3_store, scrape_ho
         raise RuntimeError("selector rot")
         yield
     """)
+    # its cache under this host's FLEET_HOME, as open_store's callers keep it: the sandboxed attempt writes there
+    s3_store = open_store(s3_store.url, scrape_home / "s3-cache")
     out = run_source(source, WEEK, store=s3_store, run_id="test", settings=EngineSettings.from_env())
     assert (out.status, out.category) == ("failed", "source"), out
     prefix = f"{s3_store.url}/{WEEK}/evidence/breaks/{out.attempt}/"
