@@ -35,7 +35,9 @@ def run(size: str, repeats: int) -> dict:
         scrapers = tmp / "scrapers"
         crashing = write_sources(scrapers, n, k, pages)
         # every source visits the one demo site: its per-domain bound (4 at once by default) is raised to the cap
-        base_env = {"FLEET_SCRAPERS_DIR": str(scrapers), "FLEET_DEMO_URL": sites.url, "FLEET_MAX_PARALLEL": str(cap),
+        # FLEET_SANDBOX=off: the crashing source stands for a crash of fleet's own step process by killing it, which
+        # a sandboxed attempt rightly cannot (as in fleet_tests/test_daemon.py); both legs run alike
+        base_env = {"FLEET_SANDBOX": "off", "FLEET_SCRAPERS_DIR": str(scrapers), "FLEET_DEMO_URL": sites.url, "FLEET_MAX_PARALLEL": str(cap),
                     "FLEET_CRASH_RERUNS": "2", "FLEET_DOMAIN_CONCURRENCY": str(cap)}
         if size == "smoke":  # its warm browser hosts leave soon after each run, rather than idle 30 s as the bench waits
             base_env["FLEET_BROWSER_HOST_IDLE_S"] = "2"

@@ -18,10 +18,10 @@ GOAL = 1.05
 LEGS = ("off", "failed")
 
 
-def run(quick: bool, repeats: int) -> dict:
+def run(size: str, repeats: int) -> dict:
     from fleet.demo.sites import DemoSites
 
-    n, cap, pages, latency_ms = (8, 4, 10, 1000) if quick else (20, 10, 10, 1000)
+    n, cap, pages, latency_ms = {"smoke": (2, 2, 1, 100), "quick": (8, 4, 10, 1000), "full": (20, 10, 10, 1000)}[size]
     tmp = Path(tempfile.mkdtemp(prefix="bench-trace-"))
     fleet_bin = str(Path(PY).parent / "fleet")
     sites = DemoSites(latency_ms=latency_ms).start()

@@ -183,9 +183,11 @@ def _as_root(name: str, home: Path, scraper_dirs: list[Path], chromium: str | No
     if not _userns_ok(user):
         return Sandbox(refused=f"the kernel allows user {name} ({SETTING}) no user namespaces, which Chromium's "
                                f"sandbox needs; allow them (sysctl user.max_user_namespaces), {OFF_FIX}")
-    home.mkdir(parents=True, exist_ok=True)
+    folders = needed(home, scraper_dirs, chromium)
+    for folder in (f for f, writes in folders if writes):  # there before the plan looks at them
+        folder.mkdir(parents=True, exist_ok=True)
     _home_enterable(home, entry.pw_uid, entry.pw_gid)
-    plan, cannot = make_plan(entry.pw_uid, entry.pw_gid, needed(home, scraper_dirs, chromium), scraper_dirs)
+    plan, cannot = make_plan(entry.pw_uid, entry.pw_gid, folders, scraper_dirs)
     blocked = cannot or _reachable(user, [home, *scraper_dirs], plan)
     if blocked:
         return Sandbox(refused=f"user {name} ({SETTING}) cannot read {', '.join(blocked)}, even in the view fleet "
