@@ -25,6 +25,7 @@ from fleet.policy.status import domain_summary
 from fleet.engine import outcome as scrape_outcome
 from fleet.scraping.discovery import Source
 from fleet.engine.runner import run_source
+from fleet.storage import faults
 from fleet.storage import store as keys
 from fleet.transform.consolidate import consolidate
 from fleet.transform.postprocess import post_process
@@ -190,11 +191,11 @@ def skip_quarantined(context, source: Source, week: str, store, config: RawConfi
 @contextlib.contextmanager
 def storage_failures(context, source: str, store):
     """A read or write of the artifact store that failed for the storage's sake (the disk full, the object store
-    not answering: ``store.storage_failure``) fails the step as ``infra``, naming it, and may be re-executed."""
+    not answering: ``faults.storage_failure``) fails the step as ``infra``, naming it, and may be re-executed."""
     try:
         yield
     except Exception as exc:
-        why = keys.storage_failure(exc, store)
+        why = faults.storage_failure(exc, store)
         if why is None:
             raise
         context.log.error(f"[run {context.run_id}] [{source}] {why}")

@@ -35,7 +35,7 @@ from fleet.engine.procs import private_tmp
 from fleet.scraping.retry import RetryPolicy
 from fleet.storage import provenance
 from fleet.storage.frames import add_unique, encode_row, validate_row
-from fleet.storage.store import disk_full
+from fleet.storage.faults import disk_full
 
 # How long a Playwright error waits for the browser's own word (its "disconnected" event, the page's "crash", the
 # exit status of a Chromium that ended) before it counts as the scraper's: they can come just after the error.
