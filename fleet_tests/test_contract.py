@@ -82,6 +82,7 @@ def test_discovery_isolates_broken_modules_and_ignores_imported_bases(tmp_path):
     '''))
     (tmp_path / "dup.py").write_text(GOOD.format(name="good"))
     (tmp_path / "Bad-Name!.py").write_text(GOOD.format(name="Bad Name"))
+    tmp_path.chmod(0o755)  # as root, the sandbox's user imports the modules (fleet/scraping/sandboxed.py)
     sources = {s.name: s for s in discover([tmp_path])}
     assert set(sources) == {"good", "syntax", "noname", "dup", "bad_name_"}
     assert sources["good"].broken  # "good" is defined twice: neither silently wins
@@ -221,6 +222,7 @@ def test_a_bad_retry_attempts_reaching_the_worker_fails_before_the_browser_is_us
 def test_a_bad_timeout_s_is_a_broken_source_naming_it(tmp_path, timeout):
     (tmp_path / "slow.py").write_text(GOOD.format(name="slow") + f"    timeout_s = {timeout!r}\n"
                                       .replace("nan", 'float("nan")').replace("inf", 'float("inf")'))
+    tmp_path.chmod(0o755)  # as root, the sandbox's user imports the modules (fleet/scraping/sandboxed.py)
     (source,) = discover([tmp_path])
     assert source.broken
     assert (f"scraper 'slow': timeout_s must be a positive, finite number of seconds, got {timeout!r}"

@@ -199,11 +199,50 @@ class Sampler(threading.Thread):
             time.sleep(0.01)
 
 
+# A scraper module that notes the user each run of its code runs as: its top level and its class body, run by every
+# process that imports it (discovery, attempts), and its scrape. Each note is a file named after where and the pid.
+SPY = '''
+import os
+from pathlib import Path
+import polars as pl
+from fleet import Scraper
+
+NOTES = Path(__file__).resolve().parent.parent / "home" / "uids"
+
+
+def note(where):
+    (NOTES / f"{where}-{os.getpid()}").write_text(str(os.geteuid()))
+
+
+note("module")
+
+
+class Spy(Scraper):
+    name = "spy"
+    schema = {"id": pl.Int64}
+    key = ("id",)
+    note("class")
+
+    async def scrape(self, page, ctx):
+        note("scrape")
+        yield {"id": 1}
+'''
+
+
+def _uids_noted(home: Path) -> dict[str, set[int]]:
+    noted: dict[str, set[int]] = {}
+    for f in (home / "uids").iterdir():
+        noted.setdefault(f.name.split("-")[0], set()).add(int(f.read_text()))
+    return noted
+
+
 def test_a_week_under_a_0700_folder_scrapes_only_inside_the_sandbox(tmp_path):
     """`fleet demo` as root, with FLEET_HOME and the scrapers under a fresh 0700 folder (mktemp -d), the interpreter
     under /root (0700 here): the week is scraped in the sandbox all the same. A sampler polling /proc over the whole
-    week sees Chromium and attempt processes, none as root and none with --no-sandbox; the week is committed (by
-    root, with the token the attempt processes never saw); the 0700 folder keeps its mode."""
+    week sees Chromium and attempt processes, none as root and none with --no-sandbox; a scraper module that notes
+    its user wherever its code runs (its top level and class body, imported by discovery in the CLI, the
+    forkserver and the steps, and its scrape) is never run as root; the week is committed (by root, with the token
+    the attempt processes never saw); the 0700 folder keeps its mode."""
     from fleet_tests.gitremote import make_remote
     from fleet_tests.conftest import committed_frame
 
@@ -213,11 +252,14 @@ def test_a_week_under_a_0700_folder_scrapes_only_inside_the_sandbox(tmp_path):
         (top / "scrapers").mkdir()
         for name in ("books", "jobs"):
             shutil.copy(ROOT / "scrapers" / f"{name}.py", top / "scrapers")
+        (top / "scrapers" / "spy.py").write_text(SPY)
         remote = make_remote(tmp_path)
         env = {k: v for k, v in os.environ.items() if not k.startswith("FLEET_") and k != "DAGSTER_HOME"}
         env.update(FLEET_HOME=str(top / "home"), FLEET_SCRAPERS_DIR=str(top / "scrapers"), FLEET_DATA_REMOTE=str(remote),
                    FLEET_DEMO_LATENCY_MS="10", FLEET_GIT_TOKEN="s3cr3t-token", PYTHONPATH=str(ROOT))
         (top / "home").mkdir()
+        (top / "home" / "uids").mkdir(mode=0o777)
+        (top / "home" / "uids").chmod(0o777)
         sampler = Sampler(top / "home", os.getpid())
         sampler.start()
         try:
@@ -232,7 +274,8 @@ def test_a_week_under_a_0700_folder_scrapes_only_inside_the_sandbox(tmp_path):
         assert not [p for p in seen if 0 in p["uids"]], seen
         assert not [p for p in seen if p["no_sandbox"]], seen
         assert top.stat().st_mode & 0o777 == 0o700  # no mode of the operator's was changed
-        assert sorted(set(committed_frame(remote, f"data/{WEEK}/raw.parquet")["source"])) == ["books", "jobs"]
+        assert sorted(set(committed_frame(remote, f"data/{WEEK}/raw.parquet")["source"])) == ["books", "jobs", "spy"]
+        assert _uids_noted(top / "home") == {"module": {65534}, "class": {65534}, "scrape": {65534}}
     finally:
         pool.stop(top / "home" / "browser-hosts")
         shutil.rmtree(top, ignore_errors=True)
@@ -248,3 +291,50 @@ def test_a_local_artifact_store_outside_fleet_home_is_in_the_sandboxs_view(tmp_p
     assert writable == [tmp_path / "home", store.resolve()]
     monkeypatch.setenv("FLEET_ARTIFACTS", "s3://bucket/prefix")  # nothing of the machine's to put back
     assert [p for p, w in sandbox.needed(tmp_path / "home", [], None) if w] == [tmp_path / "home"]
+
+
+def test_discovery_imports_as_the_sandboxs_user_and_survives_a_module_that_hangs_or_exits(open_home, monkeypatch):
+    """As root, discovery imports the scraper modules in a sandboxed process: their code runs as the sandbox's user.
+    A module whose import hangs is killed with that process after ``IMPORT_S`` and one that ends the process fails
+    as a source saying so; the others are found. A clean answer is kept, keyed on the scrapers' code: asked again,
+    no module is imported; a changed module is imported again."""
+    from fleet.scraping import sandboxed
+
+    monkeypatch.setattr(sandboxed, "IMPORT_S", 3.0)
+    d = open_home / "scrapers"
+    d.mkdir()
+    (open_home / "home" / "uids").mkdir(mode=0o777)
+    (open_home / "home" / "uids").chmod(0o777)
+    (d / "spy.py").write_text(SPY)
+    (d / "hangs.py").write_text("import time\ntime.sleep(600)\n")
+    (d / "exits.py").write_text("import os\nos._exit(3)\n")
+    found = {s.name: s for s in discover([d])}
+    assert not found["spy"].broken and found["spy"].key == ("id",), found["spy"]
+    assert "its import did not finish within 3 s" in found["hangs"].error, found["hangs"].error
+    assert "its import ended the process that imported it (exit code 3" in found["exits"].error, found["exits"].error
+    assert _uids_noted(open_home / "home") == {"module": {65534}, "class": {65534}}
+    (d / "hangs.py").unlink()
+    (d / "exits.py").unlink()
+    for f in (open_home / "home" / "uids").iterdir():
+        f.unlink()
+    assert set(s.name for s in discover([d])) == {"spy"}  # asked: the answer without a hang is kept
+    sandboxed._memo.clear()
+    for f in (open_home / "home" / "uids").iterdir():
+        f.unlink()
+    assert [s.name for s in discover([d])] == ["spy"]
+    assert not list((open_home / "home" / "uids").iterdir())  # read from what was kept: nothing imported
+    (d / "spy.py").write_text(SPY.replace('name = "spy"', 'name = "spy2"'))
+    assert [s.name for s in discover([d])] == ["spy2"]
+
+
+def test_as_root_where_the_sandbox_is_refused_no_scraper_module_is_imported(open_home, monkeypatch):
+    """No sandbox as root: discovery imports nothing; each module fails as a source naming why and the fix."""
+    monkeypatch.setenv("FLEET_SANDBOX_USER", "no-such-user-here")
+    d = open_home / "scrapers"
+    d.mkdir()
+    (open_home / "home" / "uids").mkdir(mode=0o777)
+    (d / "spy.py").write_text(SPY)
+    (src,) = discover([d])
+    assert src.broken and "fleet imports no scraper as root without the sandbox" in src.error, src.error
+    assert "no user 'no-such-user-here'" in src.error, src.error
+    assert not list((open_home / "home" / "uids").iterdir())

@@ -54,13 +54,13 @@ class Sampler(threading.Thread):
             time.sleep(0.05)
 
 
-def test_the_token_is_in_no_process_of_a_week_and_attempts_get_no_store_credentials(fleet_env):
+def test_the_token_is_in_no_process_of_a_week_and_attempts_and_git_get_no_store_credentials(fleet_env):
     token, aws = f"tok-{uuid.uuid4().hex}", f"aws-{uuid.uuid4().hex}"
     env = {**fleet_env.env, "FLEET_GIT_TOKEN": token, "AWS_SECRET_ACCESS_KEY": aws}
     proc = subprocess.Popen([sys.executable, "-m", "fleet.cli", "demo", "--week", WEEK, "--force", "--source", "books"],
                             env=env, cwd=fleet_env.home, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     sampler = Sampler(proc.pid, str(fleet_env.home), {"token": token.encode(), "aws": aws.encode(),
-                                                      "token_file": b"FLEET_GIT_TOKEN_FILE="})
+                                                      "token_file": b"FLEET_GIT_TOKEN_FILE=/"})
     sampler.start()
     out, err = proc.communicate(timeout=420)
     sampler.stop.set()
@@ -75,6 +75,10 @@ def test_the_token_is_in_no_process_of_a_week_and_attempts_get_no_store_credenti
     # the step processes have the store's credentials (the sampler reads what it should) and the token's file
     assert all({"aws", "token_file"} <= found for (_, cmd), found in seen.items() if cmd in steps), seen
     assert not [cmd for cmd, found in attempt_side if found & {"aws", "token_file"}], attempt_side
+    # git and git-lfs, run by the step that commits, get the token as a header only (an https remote) and never the
+    # store's or the instance's credentials
+    gits = [(cmd, found) for (_, cmd), found in seen.items() if cmd.split(b" ")[0].endswith((b"git", b"git-lfs"))]
+    assert gits and not [cmd for cmd, found in gits if found & {"aws", "token_file"}], gits
     assert not list((fleet_env.home / "secrets").glob("git-token.*"))  # removed as the command ended
 
 

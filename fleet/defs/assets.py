@@ -70,10 +70,9 @@ checks_key = qc.checks_key
 def run_source_checks(source: Source, week: str, store, attempt: str) -> list:
     """Evaluate the source's checks on the rows ``attempt`` stored, against its own history; store the results
     for alerting."""
-    cls = source.load_class()
     frame = store.read_parquet(week, keys.raw_key(source.name, attempt))
-    outcomes = qc.source_checks(source.name, cls.schema, frame, qc.history(store, source.name, week),
-                                warn_ratio=cls.volume_warn_ratio, error_ratio=cls.volume_error_ratio, week=week)
+    outcomes = qc.source_checks(source.name, source.schema, frame, qc.history(store, source.name, week),
+                                warn_ratio=source.volume_warn_ratio, error_ratio=source.volume_error_ratio, week=week)
     if frame.height == 0:
         # one problem, one alert: an empty feed is reported by non_empty, not again as a volume collapse
         outcomes = [dataclasses.replace(o, passed=True, message="skipped: empty feed (see non_empty)")

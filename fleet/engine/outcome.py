@@ -137,10 +137,8 @@ def finish(source: Source, week: str, store: ArtifactStore, run_id: str, attempt
             out.status = "partial"  # rows collected before the timeout are kept and committed
         if out.status != "timeout":
             try:
-                cls = source.load_class()
-                rows, stamps = provenance.split(rows, tuple(cls.key))
-                frame = provenance.attach(build_frame(source.name, cls.schema, tuple(cls.key), rows),
-                                          tuple(cls.key), stamps)
+                rows, stamps = provenance.split(rows, source.key)
+                frame = provenance.attach(build_frame(source.name, source.schema, source.key, rows), source.key, stamps)
             except BadRowError as exc:
                 out.status, out.category, out.error = "failed", "source", str(exc)
             else:

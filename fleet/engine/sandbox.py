@@ -283,6 +283,21 @@ def prepare(box: Sandbox, settings) -> Path | None:
     return home
 
 
+def popen_python(box: Sandbox, settings, args: list[str], tmp: Path | None = None, home: Path | None = None,
+                 **popen) -> subprocess.Popen:
+    """``python -m ARGS`` started as an attempt is (fleet/engine/attempt.py): as the sandbox's user in its view,
+    without fleet's secrets, with ``tmp`` (default: the attempts' temporary folder, its user's) as its TMPDIR and
+    working folder, and ``home`` (default: ``tmp``) as its HOME. ``popen``: more of ``subprocess.Popen``'s
+    arguments (its pipes)."""
+    if tmp is None:
+        tmp = tmp_base(settings.hosts_dir, box.uid)
+        tmp.mkdir(parents=True, exist_ok=True)
+        if box.switches_user:
+            _hand_over_once(box, tmp)
+    env = {**attempt_env(config.process_env(), box, home or tmp), "TMPDIR": str(tmp)}
+    return subprocess.Popen(command(box, [sys.executable, "-m", *args]), env=env, cwd=tmp, **popen)
+
+
 def for_attempt(settings, module_path: Path) -> Sandbox:
     """The sandbox of a source's attempts: ``current`` for this machine's FLEET_HOME, the source's folder and its
     Chromium; ``SandboxRefused`` where it cannot be had. Every command that opens a page comes through here."""

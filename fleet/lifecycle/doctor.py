@@ -112,14 +112,12 @@ def examine_sandboxed(source: Source, old_har: Path | None, new_har: Path, store
     as an attempt is, where the sandbox cannot be had."""
     import json
     import subprocess
-    import sys
 
     from fleet.engine import sandbox
     from fleet.engine.settings import EngineSettings
 
     settings = EngineSettings.from_env()
     box = sandbox.for_attempt(settings, source.module_path)
-    home = sandbox.prepare(box, settings)
     folder = tmp / "examine"
     (folder / "tmp").mkdir(parents=True)
     spec = folder / "spec.json"
@@ -127,15 +125,18 @@ def examine_sandboxed(source: Source, old_har: Path | None, new_har: Path, store
                                 "new_har": str(new_har), "stored": stored, "out": str(folder / "examined.json")},
                                default=str))
     sandbox.hand_over(box, folder)
-    env = {**sandbox.attempt_env(config.process_env(), box, home), "TMPDIR": str(folder / "tmp")}
+    proc = sandbox.popen_python(box, settings, ["fleet.lifecycle.doctor", str(spec)], tmp=folder / "tmp",
+                                home=sandbox.prepare(box, settings), stdout=subprocess.DEVNULL,
+                                stderr=subprocess.PIPE, text=True)
     try:
-        done = subprocess.run(sandbox.command(box, [sys.executable, "-m", "fleet.lifecycle.doctor", str(spec)]),
-                              env=env, capture_output=True, text=True, timeout=EXAMINE_TIMEOUT_S)
+        _, err = proc.communicate(timeout=EXAMINE_TIMEOUT_S)
     except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
         raise FleetError(f"source {source.name}: comparing last week's pages with today's took over "
                          f"{EXAMINE_TIMEOUT_S} s; nothing was changed") from None
-    if done.returncode != 0 or not (folder / "examined.json").exists():
-        last_line = (done.stderr.strip().splitlines() or ["no output"])[-1]
+    if proc.returncode != 0 or not (folder / "examined.json").exists():
+        last_line = (err.strip().splitlines() or ["no output"])[-1]
         raise FleetError(f"source {source.name}: comparing last week's pages with today's failed: {last_line}")
     return Examined(**json.loads((folder / "examined.json").read_text()))
 

@@ -12,6 +12,7 @@ import git
 
 from fleet import config
 from fleet.errors import CommitError, without_credentials
+from fleet.secrets import ATTEMPT_SECRETS
 
 _AUTH_HEADER = re.compile(r"(?i)(authorization:\s*\S+\s+)\S+")
 
@@ -43,6 +44,9 @@ class Remote:
         """What every git command of the loop runs with, on top of the process's environment (GitPython adds
         ``LC_ALL=C``: rejection messages are parsed)."""
         env = {
+            # git and git-lfs need none of fleet's credentials but the header below (not the store's, the instance's,
+            # the broker's, nor the token's file): GitPython can only add to the process's environment: blanked
+            **{name: "" for name in (*ATTEMPT_SECRETS, "FLEET_CELERY_BROKER")},
             "GIT_TERMINAL_PROMPT": "0",
             "GCM_INTERACTIVE": "never",
             "GIT_LFS_SKIP_SMUDGE": "1",   # a checkout never downloads LFS content we are about to replace

@@ -34,16 +34,12 @@ class Source:
     obey_robots: bool = True
     obey_robots_reason: str = ""
     owner: str | None = None  # an email or team:NAME: the asset's owner, and where its alerts go
+    volume_warn_ratio: float = 0.5
+    volume_error_ratio: float = 0.1
 
     @property
     def broken(self) -> bool:
         return self.error is not None
-
-    def load_class(self) -> type[Scraper]:
-        if self.error:
-            raise ScraperDefinitionError(self.error)
-        module = load_module(self.module_path)
-        return getattr(module, self.class_name)
 
 
 def module_name_for(path: Path) -> str:
@@ -158,8 +154,9 @@ def _scan(path: Path, module, sources: list[Source], broken: list[_Placeholder])
                          own_browser=cls.own_browser, own_process=cls.own_process,
                          quarantine_after=cls.quarantine_after, carry_forward=cls.carry_forward,
                          carry_forward_weeks=cls.carry_forward_weeks, obey_robots=cls.obey_robots,
-                         obey_robots_reason=cls.obey_robots_reason,
-                         owner=cls.owner)
+                         obey_robots_reason=cls.obey_robots_reason, owner=cls.owner,
+                         volume_warn_ratio=float(cls.volume_warn_ratio),
+                         volume_error_ratio=float(cls.volume_error_ratio))
         except ScraperDefinitionError as exc:
             broken.append(_Placeholder(path, f"scraper module {path.name}: {exc}", attr))
         except Exception as exc:  # anything a class can raise when its attributes are read
@@ -179,6 +176,19 @@ def _scan(path: Path, module, sources: list[Source], broken: list[_Placeholder])
 def discover(dirs: list[Path]) -> list[Source]:
     """Every source in ``dirs`` (non-recursive), sorted by name. Never raises for a bad module.
 
+    Importing a module runs its code, so it happens where a scraper's code may run (fleet/scraping/sandboxed.py):
+    as root, in a sandboxed process of its own, whose answer is kept per content of the scrapers; else here."""
+    from fleet.scraping import sandboxed
+
+    return sandboxed.discover(list(dirs), scan, Source)
+
+
+def scan(dirs: list[Path], skip: Mapping[str, str] | None = None, refuse: str | None = None,
+         progress=None) -> list[Source]:
+    """:func:`discover` in this process: imports every module, calling ``progress(path)`` before each, but those
+    named in ``skip`` (path -> why: each fails as a source with that error) and, given ``refuse``, any (each fails
+    with it).
+
     A class is a source when it sets ``name`` in its own body and is not marked ``abstract = True``; other
     ``Scraper`` subclasses are base classes. A broken module or class becomes a failing source with its own
     error, named after its module file unless a healthy source (or an earlier broken one) has that name: then
@@ -193,6 +203,12 @@ def discover(dirs: list[Path]) -> list[Source]:
         for path in sorted(d.glob("*.py")):
             if path.name.startswith("_"):
                 continue
+            why = refuse or (skip or {}).get(str(path))
+            if why:
+                broken.append(_Placeholder(path, f"scraper module {path.name} was not imported: {why}"))
+                continue
+            if progress is not None:
+                progress(path)
             try:
                 module = load_module(path)
             except BaseException as exc:  # SyntaxError, ImportError, anything a module can raise on import
@@ -219,3 +235,9 @@ def discover(dirs: list[Path]) -> list[Source]:
         name = next(n for n in p.names() if n not in sources)
         sources[name] = p.source(name)
     return [sources[k] for k in sorted(sources)]
+
+
+if __name__ == "__main__":  # discovery's sandboxed process (fleet/scraping/sandboxed.py)
+    from fleet.scraping import sandboxed
+
+    sys.exit(sandboxed.serve(sys.argv[1], scan))
