@@ -1,5 +1,6 @@
 """Real-parts fixtures: a GitHub-like bare remote with hooks, a temp FLEET_HOME, and the fleet CLI as a subprocess."""
 import io
+import json
 import os
 import signal
 import socket
@@ -107,10 +108,53 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_ui(fleet_env, env, settle_s: float = 10, demo: bool = False):
-    """`fleet ui` on a free port, in a session of its own, once it answers (and ``settle_s`` more, for the daemon's
-    sensors to take their first tick); returns (process, port). ``demo``: with the demo sites."""
+SENSOR_TICKS = """query($after: Float!) { sensorsOrError(repositorySelector: {
+  repositoryLocationName: "fleet.defs.definitions:defs", repositoryName: "__repository__"}) { ... on Sensors {
+  results { name sensorState { status ticks(afterTimestamp: $after) { status } } } } } }"""
+
+
+def sensors_ticked(port: int, since: float) -> bool:
+    """Every running sensor of `fleet ui` on ``port`` finished a tick that started after ``since`` (unix time):
+    a run status sensor's first tick sets its cursor to "now", and a run that ends before it is never seen."""
+    body = json.dumps({"query": SENSOR_TICKS, "variables": {"after": since}}).encode()
+    req = urllib.request.Request(f"http://127.0.0.1:{port}/graphql", data=body,
+                                 headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=30) as resp:
+        sensors = json.load(resp)["data"]["sensorsOrError"]["results"]
+    running = [s["sensorState"] for s in sensors if s["sensorState"]["status"] == "RUNNING"]
+    return bool(running) and all(any(t["status"] in ("SKIPPED", "SUCCESS") for t in s["ticks"]) for s in running)
+
+
+QUEUE = "  class: QueuedRunCoordinator\n"
+
+
+def quick_queue(env: dict, dequeue_s: int = 1) -> None:
+    """Write FLEET_HOME's ``dagster.yaml`` before fleet does, as fleet would write it, with the run queue's
+    dequeue interval (Dagster's QueuedRunCoordinator, 5 s by default) at ``dequeue_s``: every run the UI, the
+    schedule or a sensor launches waits in the queue for the daemon's next pass. (fleet writes the file only
+    where there is none; it is the user's, and this is a key Dagster documents.)"""
+    from unittest import mock
+
+    from fleet import config
+    from fleet.defs.instance import dagster_yaml
+
+    with mock.patch.dict(os.environ, env, clear=True):
+        s = config.settings()
+    text = dagster_yaml(s)
+    assert QUEUE in text, text
+    cfg = s.dagster_home / "dagster.yaml"
+    if not cfg.exists():
+        cfg.parent.mkdir(parents=True, exist_ok=True)
+        cfg.write_text(text.replace(QUEUE, f"{QUEUE}  config:\n    dequeue_interval_seconds: {dequeue_s}\n"))
+
+
+def start_ui(fleet_env, env, ticked: bool = True, demo: bool = False):
+    """`fleet ui` on a free port, in a session of its own, once it answers (and, ``ticked``, once each of its
+    daemon's sensors took its first tick); returns (process, port). ``demo``: with the demo sites. A new
+    FLEET_HOME gets fleet's ``dagster.yaml`` with a run queue that dequeues every second (:func:`quick_queue`)."""
+    quick_queue(env)
     port = free_port()
+    since = time.time()
     ui = subprocess.Popen([sys.executable, "-m", "fleet.cli", "ui", "--port", str(port),
                            "--demo" if demo else "--no-demo"], env=env,
                           cwd=fleet_env.home, stdout=open(fleet_env.tmp / "ui.log", "a"), stderr=subprocess.STDOUT,
@@ -123,7 +167,9 @@ def start_ui(fleet_env, env, settle_s: float = 10, demo: bool = False):
         except OSError:
             assert time.monotonic() < deadline, (fleet_env.tmp / "ui.log").read_text()[-3000:]
             time.sleep(1)
-    time.sleep(settle_s)
+    while ticked and not sensors_ticked(port, since):
+        assert time.monotonic() < deadline, "the sensors never ticked\n" + (fleet_env.tmp / "ui.log").read_text()[-3000:]
+        time.sleep(0.5)
     return ui, port
 
 

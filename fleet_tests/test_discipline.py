@@ -184,7 +184,7 @@ def test_fleet_ui_hands_its_home_to_the_dagster_it_starts(fleet_env, tmp_path, m
 def test_fleet_ui_stopped_by_sigterm_stops_the_dagster_it_started(fleet_env):
     """`kill PID` of `fleet ui` alone (a service manager, a user): `dagster dev`, its webserver, daemon and code
     servers used to keep running, orphaned, holding the port."""
-    ui, _ = start_ui(fleet_env, _steady_env(fleet_env), settle_s=0)
+    ui, _ = start_ui(fleet_env, _steady_env(fleet_env), ticked=False)
 
     def group():
         return subprocess.run(["pgrep", "-g", str(ui.pid)], capture_output=True, text=True).stdout.split()

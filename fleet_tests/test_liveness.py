@@ -68,7 +68,7 @@ def test_a_run_on_another_host_lives_while_it_beats_and_is_failed_and_followed_u
                                     stdout=out, stderr=err)
         ui = None
         try:
-            ui, _port = start_ui(fleet_env, here, settle_s=2)
+            ui, _port = start_ui(fleet_env, here)
             instance = DagsterInstance.from_config(str(fleet_env.home / "dagster"))
 
             def said():

@@ -94,10 +94,14 @@ class Host:
         nobody reads would fill and stop it."""
         return Background(self, args)
 
-    def start_worker(self) -> "Host":
+    def launch_worker(self) -> "Host":
+        """Start its `fleet worker`; :meth:`until_ready` waits for it (two hosts' workers start side by side)."""
         self.worker = subprocess.Popen([sys.executable, "-m", "fleet.cli", "worker", "--concurrency", str(CONCURRENCY),
                                         "--name", f"{self.name}@scaleout"], env=self.env, cwd=self.home,
                                        stdout=open(self.log, "w"), stderr=subprocess.STDOUT, start_new_session=True)
+        return self
+
+    def until_ready(self) -> "Host":
         deadline = time.monotonic() + 120
         while " ready." not in self.log.read_text():
             assert self.worker.poll() is None, f"worker {self.name} exited: {self.log.read_text()[-3000:]}"
@@ -216,8 +220,8 @@ def step_results(records) -> dict[str, str]:
 def test_a_worker_killed_mid_week_is_detected_and_its_steps_rerun_on_the_other(stack, hosts):
     week = "2026-11-16"
     remote = make_remote(stack.root / "remote-kill")
-    a = hosts("host-a").start_worker()
-    b = hosts("host-b").start_worker()
+    a, b = hosts("host-a").launch_worker(), hosts("host-b").launch_worker()
+    a.until_ready(), b.until_ready()
     orchestrator = hosts("orchestrator", FLEET_DATA_REMOTE=str(remote))
     before = len(log(remote))
     run = orchestrator.fleet_bg("run", "--week", week, "--force")
@@ -294,8 +298,8 @@ def test_a_worker_killed_mid_week_is_detected_and_its_steps_rerun_on_the_other(s
 def test_a_restart_of_the_broker_or_the_instance_mid_week_commits_the_week_once(stack, hosts, server):
     week = {"redis": "2026-11-02", "postgres": "2026-11-09"}[server]
     remote = make_remote(stack.root / f"remote-{server}")
-    a = hosts(f"{server}-a").start_worker()
-    b = hosts(f"{server}-b").start_worker()
+    a, b = hosts(f"{server}-a").launch_worker(), hosts(f"{server}-b").launch_worker()
+    a.until_ready(), b.until_ready()
     orchestrator = hosts(f"{server}-orchestrator", FLEET_DATA_REMOTE=str(remote))
     before = len(log(remote))
     run = orchestrator.fleet_bg("run", "--week", week, "--force")

@@ -151,7 +151,7 @@ def test_fleet_ui_says_the_sandbox_is_off_once_at_start(fleet_env):
     """The UI's runs scrape on this host too: `fleet ui` says the same line once, as it starts."""
     from fleet_tests.conftest import start_ui, stop_ui
 
-    ui, _port = start_ui(fleet_env, {**fleet_env.env, "FLEET_SANDBOX": "off"}, settle_s=0)
+    ui, _port = start_ui(fleet_env, {**fleet_env.env, "FLEET_SANDBOX": "off"}, ticked=False)
     stop_ui(ui)
     seen = (fleet_env.tmp / "ui.log").read_text().splitlines()
     said = [ln for ln in seen if "browser sandbox" in ln]

@@ -66,7 +66,7 @@ def site(tmp_path_factory, request):
     chosen = request.config.getoption("--ui-screenshots")
     shots = Path(chosen) / "test_ui" if chosen else tmp / "screenshots"
     shots.mkdir(parents=True, exist_ok=True)
-    proc, port = start_ui(SimpleNamespace(home=home, tmp=tmp), env, settle_s=0, demo=True)
+    proc, port = start_ui(SimpleNamespace(home=home, tmp=tmp), env, ticked=False, demo=True)
     pw = sync_playwright().start()
     browser = pw.chromium.launch(executable_path=chromium_path())
     page = browser.new_page(viewport={"width": 1280, "height": 800})
