@@ -3,6 +3,8 @@ keep at most N navigations in flight and T seconds between their starts, as the 
 scraper's own declared limits bind the other sources of its domain; a bad setting is one line. Scaled out,
 the bounds hold across hosts through the broker's Redis (Debian's redis-server), and a Redis that cannot be
 reached bounds each host alone rather than failing its sources."""
+import asyncio
+import datetime as dt
 import os
 import subprocess
 import sys
@@ -13,7 +15,11 @@ import pytest
 
 from fleet.demo.sites import DemoSites
 from fleet.errors import FleetError
-from fleet_tests.conftest import ROOT
+from fleet.policy.status import domain_summary
+from fleet.scraping.backoff import Backoff
+from fleet.scraping.politeness import Politeness
+from fleet.storage.store import LocalArtifactStore, write_outcome
+from fleet_tests.conftest import ROOT, WEEK
 from fleet_tests.services import Redis, free_port
 from fleet_tests.test_runner import run, scraper
 
@@ -134,3 +140,87 @@ def test_an_unreachable_redis_bounds_each_host_alone_and_says_so_once(scrape_hom
     assert all(a_end <= b_start + 0.01 for (_, a_end), (b_start, _) in zip(spans, spans[1:])), spans
     said = [ln for ln in lines if "politeness: the shared bounds" in ln]
     assert len(said) == 2 and all("cannot be reached" in ln and "this host's requests alone" in ln for ln in said), said
+
+
+async def _most_at_once(polite, url: str, tries: int = 4, hold_s: float = 0.3) -> int:
+    """How many of ``tries`` requests to ``url``'s domain ``polite`` lets in at once (each held ``hold_s``)."""
+    inside = peak = 0
+
+    async def one():
+        nonlocal inside, peak
+        async with polite.request(url):
+            inside += 1
+            peak = max(peak, inside)
+            await asyncio.sleep(hold_s)
+            inside -= 1
+    await asyncio.gather(*(one() for _ in range(tries)))
+    return peak
+
+
+def _week(n: int) -> str:
+    return (dt.date.fromisoformat(WEEK) + dt.timedelta(days=7 * n)).isoformat()
+
+
+def test_a_429_one_host_saw_halves_every_hosts_concurrency_through_the_brokers_redis(tmp_path):
+    """Two FLEET_HOMEs (two hosts) sharing one broker: a 429 host A's attempt was answered halves the concurrency
+    host B applies to the domain, this week and the next; a clean week gives the step back. `fleet status`'s
+    summary reads the same history. Neither home keeps a backoff file."""
+    url = "http://books.example/list"
+    homes = {name: tmp_path / name / "politeness" for name in ("host_a", "host_b")}
+
+    async def scenario(shared: str) -> list:
+        def polite(home, week):
+            return Politeness(homes[home], 4, 0.0, source=home, shared=shared, week=week)
+        seen = []
+        a = polite("host_a", WEEK)
+        await a.note(url, 200, None)
+        await a.note(url, 429, 1.0)
+        await a.note(url, 200, None)
+        for week in (WEEK, _week(1)):
+            b = polite("host_b", week)
+            seen.append((await _most_at_once(b, url), b.summary()["books.example"].get("backoff_level", 0)))
+            await b.note(url, 200, None)  # requests and no 429 on host B: week 0 keeps A's 429, week 1 is clean
+            await b.close()
+        b = polite("host_b", _week(2))
+        seen.append((await _most_at_once(b, url), b.summary()["books.example"].get("backoff_level", 0)))
+        await a.close()
+        await b.close()
+        return seen
+
+    with Redis(tmp_path / "redis") as redis:
+        seen = asyncio.run(scenario(redis.url))
+        # host A's 429 in week 0: host B's concurrency 4 -> 2 for the rest of that week and the next; week 1 clean
+        assert seen == [(2, 1), (2, 1), (4, 0)], seen
+
+        def cli(*args):
+            return subprocess.run(["redis-cli", "-p", str(redis.port), *args, "fleet:politeness:books.example:backoff"],
+                                  capture_output=True, text=True, check=True).stdout.split()
+        history = cli("HGETALL")
+        assert dict(zip(history[::2], history[1::2])) == {WEEK: "1", _week(1): "0"}, history
+        assert int(cli("TTL")[0]) > 20 * 7 * 24 * 3600  # kept many weeks, renewed by each week that reaches it
+        store = LocalArtifactStore(tmp_path / "artifacts")
+        write_outcome(store, WEEK, {"source": "books", "attempt": "1", "domains": {"books.example": {"requests": 3}}})
+        # either host's `fleet status` for week 0 says next week is halved, from the shared history
+        for home in homes.values():
+            found = domain_summary(store, WEEK, ["books"], home, redis.url)
+            assert found["books.example"]["next_week_halvings"] == 1, found
+    assert not any((home / "backoff").exists() for home in homes.values())
+
+
+def test_an_unreachable_redis_keeps_a_hosts_429s_in_its_own_files(tmp_path, caplog):
+    """While the shared Redis cannot be reached, a host's 429s are kept and obeyed in its own files, as its bounds
+    are, and the attempt says so once."""
+    url = "http://books.example/list"
+
+    async def scenario():
+        p = Politeness(tmp_path / "politeness", 4, 0.0, source="down", shared=f"redis://127.0.0.1:{free_port()}/0",
+                       week=WEEK)
+        await p.note(url, 429, None)
+        level = await p.backoff_level(url.split("/")[2])
+        return level, await _most_at_once(p, url)
+
+    assert asyncio.run(scenario()) == (1, 2)
+    assert asyncio.run(Backoff(tmp_path / "politeness" / "backoff", WEEK).weeks("books.example")) == {
+        WEEK: {"429": True}}
+    said = [r.getMessage() for r in caplog.records if "politeness: the shared bounds" in r.getMessage()]
+    assert len(said) == 1 and "cannot be reached" in said[0], said

@@ -3,6 +3,7 @@ fetched once per site per week and obeyed (a disallowed URL is not requested; th
 the rule), its Crawl-delay the domain's least interval, a scraper that does not obey it only with a reason; a domain
 that answers 429 gets half its concurrency for the rest of the week and the next; the per-domain summary in the
 source's outcome and `fleet status`."""
+import asyncio
 import json
 import textwrap
 
@@ -98,7 +99,7 @@ def test_429s_halve_the_domains_concurrency_this_week_and_next_then_clean_weeks_
     d = out.domains["127.0.0.1"]
     assert d["http_429"] >= 1 and d["retry_after_waits"] >= 1 and d["retry_after_s"] >= 1, d
     assert d["concurrency"] == 2 and d["backoff_level"] == 1, d  # FLEET_DOMAIN_CONCURRENCY 4, halved after the 429
-    weeks = backoff.Backoff(scrape_home / "politeness" / "backoff", WEEK).weeks("127.0.0.1")
+    weeks = asyncio.run(backoff.Backoff(scrape_home / "politeness" / "backoff", WEEK).weeks("127.0.0.1"))
     assert weeks == {WEEK: {"429": True}}
     # the levels that history gives the following weeks: halved next week, whole after a clean one
     assert backoff.start_level(weeks, "2026-11-23") == 1

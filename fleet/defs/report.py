@@ -128,9 +128,10 @@ def status(week: str, echo=click.echo) -> int:
 
 def print_domains(store, week: str, names: list[str], echo=click.echo) -> None:
     """Per domain the week's sources reached: what they asked, the 429s and waits, the bounds, robots.txt."""
+    from fleet import config
     from fleet.policy.status import domain_summary
 
-    found = domain_summary(store, week, names, settings().home / "politeness")
+    found = domain_summary(store, week, names, settings().home / "politeness", config.politeness()["shared"])
     echo(f"domains: {len(found)}" + (":" if found else ""))
     for host, d in sorted(found.items()):
         nxt = f"; next week concurrency /{2 ** d['next_week_halvings']} after 429s" if d["next_week_halvings"] else ""

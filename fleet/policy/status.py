@@ -105,14 +105,16 @@ def failed_checks(instance, week: str, sources: list[str], check_names) -> list[
     return out
 
 
-def domain_summary(store: ArtifactStore, week: str, sources: list[str], politeness_root=None) -> dict[str, dict]:
+def domain_summary(store: ArtifactStore, week: str, sources: list[str], politeness_root=None,
+                   shared: str = "") -> dict[str, dict]:
     """Per domain, over the week's stored outcomes (fleet/scraping/politeness.py ``summary``): requests, 429s,
     Retry-After waits, the least concurrency and the interval used, robots.txt; and the concurrency level the 429
-    backoff holds for next week (fleet/scraping/backoff.py)."""
+    backoff holds for next week (fleet/scraping/backoff.py), read where the attempts keep it (``shared``: the
+    broker's Redis once fleet scales out, config.politeness()'s)."""
+    import asyncio
     import datetime as dt
-    from pathlib import Path
 
-    from fleet.scraping.backoff import Backoff
+    from fleet.scraping.politeness import Politeness
 
     out: dict[str, dict] = {}
     for name in sources:
@@ -127,9 +129,17 @@ def domain_summary(store: ArtifactStore, week: str, sources: list[str], politene
             d["robots"].add(st.get("robots") or "-")
             d["sources"].append(name)
     following = (dt.date.fromisoformat(week) + dt.timedelta(days=7)).isoformat()
-    backoff = Backoff(Path(politeness_root) / "backoff", following) if politeness_root else None
-    for host, d in out.items():
+    for d in out.values():
         d["robots"] = "; ".join(sorted(d["robots"]))
-        if backoff is not None:
-            d["next_week_halvings"] = backoff.level(host)
+
+    async def halvings():
+        polite = Politeness(politeness_root, 1, 0.0, source="fleet status", shared=shared, week=following,
+                            obey_robots=False)
+        try:
+            for host, d in out.items():
+                d["next_week_halvings"] = await polite.backoff_level(host)
+        finally:
+            await polite.close()
+    if politeness_root and out:
+        asyncio.run(halvings())
     return out

@@ -242,7 +242,7 @@ class ScrapeContext:
             except Exception as exc:  # playwright.Error / TimeoutError
                 raise _navigation_error_from(exc, url) from exc
             if self.politeness and response is not None:  # the domain's summary, and its 429s' backoff
-                self.politeness.note(url, response.status, bot.retry_after_s(response.headers.get("retry-after")))
+                await self.politeness.note(url, response.status, bot.retry_after_s(response.headers.get("retry-after")))
             if response is not None and response.status == 403:
                 raise BlockedError(f"source {self.source}: blocked: HTTP 403 for {url}", url=url, status=403)
             if response is not None and response.status >= 400:

@@ -13,8 +13,10 @@ Where the bounds are kept:
 
 On top of those bounds, per domain: robots.txt (fleet/scraping/robots.py: a disallowed URL is not requested, a
 Crawl-delay is the least interval), and a domain that answered 429 gets half its concurrency for the rest of the
-week and the next (fleet/scraping/backoff.py). Each attempt sums up, per domain, what it asked and was answered
-(:meth:`Politeness.summary`): in the source's outcome, its asset's metadata and `fleet status`.
+week and the next (fleet/scraping/backoff.py), its 429 history kept where the bounds are: this host's files, or the
+shared Redis, where a 429 one host saw halves every host's concurrency (while it cannot be reached, this host's
+files). Each attempt sums up, per domain, what it asked and was answered (:meth:`Politeness.summary`): in the
+source's outcome, its asset's metadata and `fleet status`.
 """
 from __future__ import annotations
 
@@ -101,7 +103,7 @@ class Politeness:
         self.root = Path(root)
         self.robots = Robots(self.root / "robots", week) if week and obey_robots else None
         self.robots_note = "obeyed" if self.robots else f"not obeyed: {robots_reason or 'no week'}"
-        self.backoff = Backoff(self.root / "backoff", week)
+        self.backoff = Backoff(self.root / "backoff", week, key=lambda host: _host_key(host) + ":backoff")
         self.floor: dict[str, float] = {}  # per host: robots.txt's least interval
         self.stats: dict[str, dict] = {}
         self.concurrency, self.interval_s = int(concurrency), float(interval_s)
@@ -130,7 +132,7 @@ class Politeness:
             if delay:
                 self.stats[host]["crawl_delay_s"] = self.floor[host]
 
-    def note(self, url: str, status: int, retry_after: float | None) -> None:
+    async def note(self, url: str, status: int, retry_after: float | None) -> None:
         """A response's status: a 429 halves the domain's concurrency (fleet/scraping/backoff.py)."""
         host = urlsplit(url).hostname
         if not host:
@@ -141,15 +143,38 @@ class Politeness:
         if status in (429, 503) and retry_after is not None:
             st["retry_after_waits"] += 1
             st["retry_after_s"] = round(st["retry_after_s"] + retry_after, 3)
-        self.backoff.mark(host, status == 429)
+        if self.shared:
+            from redis.exceptions import RedisError
+
+            try:
+                return await self.backoff.mark(host, status == 429, self._client())
+            except (RedisError, OSError) as exc:
+                self._say_down(exc)
+        await self.backoff.mark(host, status == 429)
+
+    async def backoff_level(self, host: str) -> int:
+        """The domain's 429 backoff level this week, from where its history is kept (see :meth:`note`)."""
+        if self.shared:
+            from redis.exceptions import RedisError
+
+            try:
+                return await self.backoff.level(host, self._client())
+            except (RedisError, OSError) as exc:
+                self._say_down(exc)
+        return await self.backoff.level(host)
+
+    async def close(self) -> None:
+        if self._redis is not None:
+            await self._redis.aclose()
+            self._redis = None
 
     def summary(self) -> dict:
         """Per domain this attempt reached: requests, 429s, Retry-After waits, the bounds used, robots.txt."""
         return {h: dict(st) for h, st in self.stats.items()}
 
-    def _bounds(self, host: str, n: int, t: float) -> tuple[int, float]:
-        """``n`` and ``t`` with the domain's 429 backoff and robots.txt's Crawl-delay."""
-        level = self.backoff.level(host)
+    async def _bounds(self, host: str, n: int, t: float, redis=None) -> tuple[int, float]:
+        """``n`` and ``t`` with the domain's 429 backoff (from ``redis`` when given) and robots.txt's Crawl-delay."""
+        level = await self.backoff.level(host, redis)
         n, t = backed_off(n, level), max(t, self.floor.get(host, 0.0))
         st = self._stats(host)
         st["concurrency"] = n if st["concurrency"] is None else min(st["concurrency"], n)
@@ -229,7 +254,7 @@ class Politeness:
 
     async def _acquire_local(self, host: str):
         self._record(host)
-        n, t = self._bounds(host, *self.limits(host))
+        n, t = await self._bounds(host, *self.limits(host))
         slot = await self._slot(host, n)
         try:
             await self._spaced(host, t)
@@ -297,7 +322,7 @@ class Politeness:
         for raw in declared.values():
             with contextlib.suppress(ValueError):
                 records.append(json.loads(raw))
-        n, t = self._bounds(host, *_strictest(self.concurrency, self.interval_s, records, self.own))
+        n, t = await self._bounds(host, *_strictest(self.concurrency, self.interval_s, records, self.own), r)
         token, slots = uuid.uuid4().hex, f"{key}:slots"
         while not await acquire(keys=[slots], args=[token, n, LEASE_S]):
             await asyncio.sleep(SHARED_POLL_S)
