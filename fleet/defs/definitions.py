@@ -14,7 +14,7 @@ from fleet.scraping.discovery import discover
 # What each step process of a multiprocess run is forked from: a server that has imported these once, so a step
 # starts with Dagster, Playwright, polars and fleet's definitions already in memory (Dagster's documented
 # ``start_method: forkserver: preload_modules``).
-PRELOAD = ("fleet.defs.definitions",)
+PRELOAD = ("fleet.defs.definitions", "fleet.defs.preloaded")  # the last freezes what the first imported
 
 
 def build_defs(s: Settings | None = None) -> Definitions:
