@@ -40,7 +40,8 @@ def main(argv=None) -> int:
             for side, checkout in sides.items():
                 out = Path(tmp) / f"{side}{i}.json"
                 print(f"[versus] round {i + 1}/{args.rounds}: {side} ({checkout})", file=sys.stderr, flush=True)
-                subprocess.run([str(checkout / ".venv" / "bin" / "python"), "-m", "bench", "--only", args.only,
+                venv = checkout / ".venv" / "bin" / "python"
+                subprocess.run([str(venv) if venv.exists() or checkout != ROOT else sys.executable, "-m", "bench", "--only", args.only,
                                 "--repeats", "1", "--out", str(out)], cwd=checkout, check=True,
                                # each side's own fleet in its commands too (`fleet run`), whatever PYTHONPATH says
                                env={**os.environ, "PYTHONPATH": str(checkout)})
