@@ -101,6 +101,43 @@ def test_a_killed_holder_frees_its_slot(tmp_path, redis_url, where):
         assert [r["source"] for r in slot.now(root, shared)[0]] == ["next"]
 
 
+def test_fleet_status_lists_the_sources_scraping_and_waiting(tmp_path, monkeypatch):
+    from fleet.defs.report import print_slots
+
+    monkeypatch.setenv("FLEET_HOME", str(tmp_path))
+    monkeypatch.setenv("FLEET_MAX_PARALLEL", "1")
+    for k in ("FLEET_EXECUTOR", "FLEET_CELERY_BROKER"):
+        monkeypatch.delenv(k, raising=False)
+    lines, taken, leave = [], threading.Event(), threading.Event()
+
+    def hold():
+        with slot.scrape_slot(1, tmp_path / "slots", "", "books", "run-1"):
+            taken.set()
+            leave.wait(30)
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    assert taken.wait(30)
+    def wait():
+        with slot.scrape_slot(1, tmp_path / "slots", "", "jobs", "run-1"):
+            pass
+
+    waiter = threading.Thread(target=wait)
+    try:
+        waiter.start()
+        deadline = time.monotonic() + 30
+        while not slot.now(tmp_path / "slots", "")[1]:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        print_slots(lines.append)
+    finally:
+        leave.set()
+        holder.join(30)
+        waiter.join(30)
+    assert lines[0].startswith("scraping now: 1 of 1 (FLEET_MAX_PARALLEL): books (") and lines[1].startswith(
+        "waiting for a scrape slot: 1: jobs ("), lines
+
+
 PAGED = '''import polars as pl
 
 from fleet import Scraper

@@ -7,6 +7,7 @@ import click
 
 from fleet import config
 from fleet.config import scraper_dirs, settings
+from fleet.errors import without_credentials
 from fleet.storage.open import host_store
 from fleet.upkeep import mb
 
@@ -133,8 +134,12 @@ def print_slots(echo=click.echo) -> None:
     from fleet.engine import slot
     from fleet.engine.settings import EngineSettings
 
-    s = settings()
-    scraping, waiting = slot.now(EngineSettings.under(s.home, chromium="").slots_dir, config.politeness()["shared"])
+    s, shared = settings(), config.politeness()["shared"]
+    try:
+        scraping, waiting = slot.now(EngineSettings.under(s.home, chromium="").slots_dir, shared)
+    except Exception as exc:  # the broker's Redis down: the rest of the status still holds
+        echo(f"scraping now: cannot be read from {without_credentials(shared)} ({type(exc).__name__}: {exc})")
+        return
     if scraping or waiting:
         line = lambda recs: ", ".join(sorted(f"{r.get('source', '?')} ({r.get('host', '?')})" for r in recs)) or "-"
         echo(f"scraping now: {len(scraping)} of {s.max_parallel} (FLEET_MAX_PARALLEL): {line(scraping)}")
