@@ -205,3 +205,57 @@ def test_the_cap_holds_across_hosts_counted_by_the_demo_sites(tmp_path, redis_ur
         loads = [r for r in sites.requests if r[0] == "/books"]
         assert len(loads) == 4 * 6, loads
         assert sites.peak_concurrency("/books") == 2, sorted((s, e) for _, s, e in loads)
+
+
+SLEEPY = '''import asyncio
+
+import polars as pl
+
+from fleet import Scraper
+
+
+class Sleepy(Scraper):
+    name = "{name}"
+    schema = {{"id": pl.Int64}}
+    key = ("id",)
+    timeout_s = {timeout}
+
+    async def scrape(self, page, ctx):
+        await asyncio.sleep({sleep})
+        yield {{"id": 1}}
+'''
+
+
+def test_a_sources_hard_limit_does_not_count_its_wait_for_a_slot(scrape_home, tmp_path):
+    """A cap of one: a source with a 3 s limit waits ~5 s for the slot another source holds, then scrapes for 1 s,
+    and is ok: its limit ran from its browser's start, after its slot."""
+    from fleet.config import chromium_path
+    from fleet.engine.runner import run_source
+    from fleet.engine.settings import EngineSettings
+    from fleet.scraping.discovery import discover
+    from fleet.storage.store import LocalArtifactStore
+    from fleet_tests.conftest import Lines
+
+    d = tmp_path / "sleepy"
+    d.mkdir()
+    (d / "long_one.py").write_text(SLEEPY.format(name="long_one", timeout=60, sleep=5))
+    (d / "short_one.py").write_text(SLEEPY.format(name="short_one", timeout=3, sleep=1))
+    sources = {s.name: s for s in discover([d])}
+    ws = EngineSettings.under(scrape_home, chromium=chromium_path(), scrape_cap=1)
+    store, outs, log = LocalArtifactStore(scrape_home / "artifacts"), {}, Lines()
+
+    def run(name, lines=None):
+        outs[name] = run_source(sources[name], WEEK, store=store, run_id="t", settings=ws, log=lines)
+
+    first = threading.Thread(target=run, args=("long_one",))
+    first.start()
+    deadline = time.monotonic() + 60
+    while not slot.now(ws.slots_dir, "")[0]:
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    run("short_one", log)
+    first.join(120)
+    assert outs["long_one"].status == "ok" and outs["short_one"].status == "ok", (outs, str(log))
+    waited = [line for line in log.lines if "waited" in line and "for a scrape slot" in line]
+    assert waited and float(waited[0].split("waited ")[1].split("s ")[0]) > 3, str(log)
+    assert any("waiting for a scrape slot: all 1 are scraping (long_one)" in line for line in log.lines), str(log)
