@@ -19,6 +19,7 @@ import statistics
 import sys
 
 WORKER_LINE = re.compile(r"\[(?P<source>[a-z][a-z0-9_]*)\] attempt in process (?P<pid>\d+) \((?P<how>[^;,)]+)[;,)]")
+SLOT_WAIT = re.compile(r"waited (?P<s>[0-9.]+)s for a scrape slot")
 
 
 def occupancy(intervals: list[tuple[float, float]], cap: int) -> dict:
@@ -42,14 +43,16 @@ def occupancy(intervals: list[tuple[float, float]], cap: int) -> dict:
             "last_end": edges[-1][0], "idle_slot_seconds": round(idle, 2)}
 
 
-def step_phases(events: list, outcome, cap: int) -> dict:
+def step_phases(events: list, outcome, cap: int, pool: int | None = None) -> dict:
     """Where each source step's time went, from one run's event log (``events``: its EventLogEntry list), as the
     median and max over the run's source steps, in seconds: ``launch`` (the run process launches the step, having
     taken its slot of the pool -> its process has started), ``boot`` (-> STEP_START: the job resolved, the instance
     and the resources built), ``pre_scrape`` (-> a worker took the source: fleet's refusals and the host),
     ``scrape`` (the attempt's own seconds), ``post_scrape`` (-> STEP_SUCCESS: the outcome stored, the checks, the
     materialization and check events) and ``handoff`` (a step's STEP_SUCCESS -> the launch of the step that took
-    its slot: the run process draining the step's events, freeing the slot and its next pass)."""
+    its slot of the ``pool``: the run process draining the step's events, freeing the slot and its next pass).
+    ``pre_scrape`` leaves out ``slot_wait``, the time the step waited for one of fleet's ``cap`` scrape slots
+    (fleet/engine/slot.py); ``slot_handoff`` is a scrape's end -> the start of the scrape that took its slot."""
     from dagster import DagsterEventType as T
 
     from fleet.policy import taxonomy as tx
@@ -66,20 +69,30 @@ def step_phases(events: list, outcome, cap: int) -> dict:
             marks[d.event_type.value] = e.timestamp
         elif WORKER_LINE.search(e.user_message or ""):
             marks["taken"] = e.timestamp
-    phases: dict[str, list[float]] = {k: [] for k in ("launch", "boot", "pre_scrape", "scrape", "post_scrape")}
+            wait = SLOT_WAIT.search(e.user_message or "")
+            marks["slot_wait"] = float(wait["s"]) if wait else 0.0
+    phases: dict[str, list[float]] = {k: [] for k in ("launch", "boot", "slot_wait", "pre_scrape", "scrape",
+                                                       "post_scrape")}
+    scrapes = []
     for key, m in at.items():
         seconds = float(outcome(key[len(tx.RAW_PREFIX):]).get("seconds") or 0.0)
         if not {"STEP_WORKER_STARTING", "STEP_WORKER_STARTED", "STEP_START", "taken", "STEP_SUCCESS"} <= set(m):
             continue
         phases["launch"].append(m["STEP_WORKER_STARTED"] - m["STEP_WORKER_STARTING"])
         phases["boot"].append(m["STEP_START"] - m["STEP_WORKER_STARTED"])
-        phases["pre_scrape"].append(m["taken"] - m["STEP_START"])
+        phases["slot_wait"].append(m["slot_wait"])
+        phases["pre_scrape"].append(m["taken"] - m["STEP_START"] - m["slot_wait"])
         phases["scrape"].append(seconds)
+        scrapes.append((m["taken"], m["taken"] + seconds))
         phases["post_scrape"].append(m["STEP_SUCCESS"] - m["taken"] - seconds)
     launches = sorted(m["STEP_WORKER_STARTING"] for m in at.values() if "STEP_WORKER_STARTING" in m)
     ends = sorted(m["STEP_SUCCESS"] for m in at.values() if "STEP_SUCCESS" in m)
-    # the n-th launch beyond the cap waited for the (n - cap)-th step to end
-    phases["handoff"] = [launches[i] - ends[i - cap] for i in range(cap, len(launches)) if i - cap < len(ends)]
+    # the n-th launch beyond the pool waited for the (n - pool)-th step to end
+    pool = pool or cap
+    phases["handoff"] = [launches[i] - ends[i - pool] for i in range(pool, len(launches)) if i - pool < len(ends)]
+    # the n-th scrape beyond the cap waited for the (n - cap)-th scrape to end
+    starts, stops = sorted(a for a, _ in scrapes), sorted(b for _, b in scrapes)
+    phases["slot_handoff"] = [starts[i] - stops[i - cap] for i in range(cap, len(starts))]
     return {k: {"median": round(statistics.median(v), 2), "max": round(max(v), 2), "n": len(v)} if v else None
             for k, v in phases.items()}
 
@@ -89,6 +102,7 @@ def week_timeline(instance, week: str, outcome, cap: int) -> dict:
     is a source's stored outcome for the week ({} if none)."""
     from dagster import DagsterEventType, RunsFilter
 
+    from fleet.defs.instance import pool_limit
     from fleet.policy import taxonomy as tx
 
     step_events = {DagsterEventType.STEP_START: "start", DagsterEventType.STEP_SUCCESS: "end",
@@ -103,7 +117,7 @@ def week_timeline(instance, week: str, outcome, cap: int) -> dict:
         run, steps, taken = rec.dagster_run, {}, {}
         events = instance.all_logs(run.run_id)
         if phases is None and run.tags.get(tx.TAG_KIND) == "scrape":
-            phases = step_phases(events, outcome, cap)
+            phases = step_phases(events, outcome, cap, pool_limit(cap))
         for e in events:
             kind = step_events.get(e.dagster_event.event_type) if e.dagster_event else None
             if kind and e.step_key:  # a step with more than one end in its run: its first start, its last end

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -39,8 +40,11 @@ def main(argv=None) -> int:
             for side, checkout in sides.items():
                 out = Path(tmp) / f"{side}{i}.json"
                 print(f"[versus] round {i + 1}/{args.rounds}: {side} ({checkout})", file=sys.stderr, flush=True)
-                subprocess.run([str(checkout / ".venv" / "bin" / "python"), "-m", "bench", "--only", args.only,
-                                "--repeats", "1", "--out", str(out)], cwd=checkout, check=True)
+                venv = checkout / ".venv" / "bin" / "python"
+                subprocess.run([str(venv) if venv.exists() or checkout != ROOT else sys.executable, "-m", "bench", "--only", args.only,
+                                "--repeats", "1", "--out", str(out)], cwd=checkout, check=True,
+                               # each side's own fleet in its commands too (`fleet run`), whatever PYTHONPATH says
+                               env={**os.environ, "PYTHONPATH": str(checkout)})
                 results[side].append(json.loads(out.read_text()))
     summary = {"lines_in_fleet": {side: fleet_lines(c) for side, c in sides.items()}, "rounds": args.rounds}
     for name in args.only.split(","):

@@ -241,6 +241,11 @@ def politeness() -> dict:
             "shared": _text("FLEET_CELERY_BROKER") if celery else ""}
 
 
+def scrape_slots() -> dict:
+    """FLEET_MAX_PARALLEL as the cap fleet/engine/slot.py holds, its slots shared where politeness's bounds are."""
+    return {"scrape_cap": env_number("FLEET_MAX_PARALLEL", 10, int, minimum=1), "slots_shared": politeness()["shared"]}
+
+
 def _start_week() -> str:
     """``FLEET_START_WEEK`` as the partition key of its week: a Monday (2026-01-05) or an ISO week (2026-W02).
     Any other date is refused, not moved: Dagster's weekly partitions would start on the Monday after it."""

@@ -65,10 +65,12 @@ def test_the_timeline_reads_a_real_weeks_runs_and_slots(fleet_env):
     assert sum(w["sources"] for w in t["hosts"].values()) == len(sources)
     # each source step's phases, in order; no hand-off of a slot with fewer sources than the cap
     phases = t["step_phases"]
-    assert list(phases) == ["launch", "boot", "pre_scrape", "scrape", "post_scrape", "handoff"], phases
-    for name in ("launch", "boot", "pre_scrape", "scrape", "post_scrape"):
+    assert list(phases) == ["launch", "boot", "slot_wait", "pre_scrape", "scrape", "post_scrape", "handoff",
+                            "slot_handoff"], phases
+    for name in ("launch", "boot", "slot_wait", "pre_scrape", "scrape", "post_scrape"):
         assert phases[name]["n"] == len(sources) and phases[name]["median"] >= 0, (name, phases)
-    assert phases["handoff"] is None if t["cap"] >= len(sources) else phases["handoff"]["n"] > 0
+    assert phases["handoff"] is None if 2 * t["cap"] >= len(sources) else phases["handoff"]["n"] > 0
+    assert phases["slot_handoff"] is None if t["cap"] >= len(sources) else phases["slot_handoff"]["n"] > 0
     # the bench's summary of it, from the first run's creation or from a given moment (the command's spawn)
     from bench.timeline import summary
     s = summary(t)

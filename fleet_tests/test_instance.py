@@ -25,7 +25,7 @@ def test_fleet_writes_dagster_yaml_once_and_never_overwrites_it(fleet_env, monke
     instance = _first_instance(fleet_env, monkeypatch)
     assert instance.run_monitoring_enabled
     text = _yaml(fleet_env).read_text()
-    assert "QueuedRunCoordinator" in text and "default_limit: 10" in text
+    assert "QueuedRunCoordinator" in text and "default_limit: 20" in text  # 2 steps per source of the cap (10)
     edited = text.replace("max_concurrent_runs: 8", "max_concurrent_runs: 3") + "# the user's own line\n"
     _yaml(fleet_env).write_text(edited)
     monkeypatch.setenv("FLEET_RUN_MONITOR_S", "7")  # a setting that once rewrote the file
@@ -38,7 +38,7 @@ def test_fleet_writes_dagster_yaml_once_and_never_overwrites_it(fleet_env, monke
      "run_monitoring.enabled is not true"),
     (lambda t: t.replace("key: dagster/partition", "key: dagster/backfill"),
      "concurrency.runs.tag_concurrency_limits has no limit of 1 per unique value of dagster/partition"),
-    (lambda t: t.replace("    default_limit: 10\n", ""), "concurrency.pools.default_limit is missing"),
+    (lambda t: t.replace("    default_limit: 20\n", ""), "concurrency.pools.default_limit is missing"),
 ])
 def test_a_missing_key_is_refused_by_fleet_run_and_fleet_ui_in_one_line(fleet_env, monkeypatch, edit, named):
     _first_instance(fleet_env, monkeypatch)
@@ -53,10 +53,12 @@ def test_a_missing_key_is_refused_by_fleet_run_and_fleet_ui_in_one_line(fleet_en
 
 
 def test_the_pool_limit_and_fleet_max_parallel_must_agree(fleet_env, monkeypatch):
-    """The instance's scrapers pool limit is the cap; FLEET_MAX_PARALLEL that says otherwise is refused, naming both."""
+    """The instance's scrapers pool admits 2 steps per source of the cap (fleet's own slots hold the cap around each
+    scrape); FLEET_MAX_PARALLEL that says otherwise is refused, naming both and the limit to set."""
     _first_instance(fleet_env, monkeypatch)
     env = {**fleet_env.env, "FLEET_MAX_PARALLEL": "4", "FLEET_DEMO_URL": "http://127.0.0.1:9"}
     res = run_fleet(env, "run", "--week", WEEK, "--force", timeout=180)
     assert res.returncode == 2
-    assert res.stderr.strip() == ("fleet: error: the instance's 'scrapers' pool limit is 10 but FLEET_MAX_PARALLEL "
-                                  "is 4; the pool limit is the cap on sources scraping at once: make them equal")
+    assert res.stderr.strip() == ("fleet: error: the instance's 'scrapers' pool limit is 20 but FLEET_MAX_PARALLEL "
+                                  "is 4; the pool admits 2 steps per source of the cap on sources scraping at once: "
+                                  "set it to 8 (`dagster instance concurrency set scrapers 8`)")

@@ -111,12 +111,13 @@ def test_scraper_cap_holds_across_concurrent_runs(fleet_env):
     intervals = sorted(tuple(map(float, line.split())) for line in spans.read_text().splitlines())
     assert len(intervals) == 4
     for (s1, e1), (s2, e2) in zip(intervals, intervals[1:]):
-        assert s2 >= e1, f"two scrapes overlapped although the pool allows one: {intervals}"
+        assert s2 >= e1, f"two scrapes overlapped although the cap is one: {intervals}"
 
 
-def test_the_scrapers_pool_is_the_one_cap(fleet_env):
-    """With FLEET_MAX_PARALLEL=1 the instance's scrapers pool admits one source step at a time: the pool written
-    into the new instance is that cap, and the two sources' scrapes never overlap."""
+def test_the_cap_is_held_around_the_scrape_and_the_pool_above_it(fleet_env):
+    """With FLEET_MAX_PARALLEL=1 the instance's scrapers pool admits two source steps at once (2 x the cap) and
+    fleet's own slot one scrape: the two scrapes never overlap, the second step started while the first scraped
+    (its start-up overlapped the scrape), and it logged its wait for the slot, naming who was scraping."""
     d = fleet_env.tmp / "slow"
     d.mkdir()
     for n in ("slow_a", "slow_b"):
@@ -130,14 +131,17 @@ def test_the_scrapers_pool_is_the_one_cap(fleet_env):
 
     os.environ["DAGSTER_HOME"] = str(fleet_env.home / "dagster")
     with DagsterInstance.get() as instance:
-        assert instance.event_log_storage.get_concurrency_info("scrapers").slot_count == 1
+        assert instance.event_log_storage.get_concurrency_info("scrapers").slot_count == 2
         run = next(r for r in instance.get_runs() if r.job_name == "scrape_week")
-        steps = {}
+        steps, waits = {}, []
         for e in instance.all_logs(run.run_id):
             if e.dagster_event is not None and e.step_key:
                 steps.setdefault(e.step_key, {}).setdefault(e.dagster_event.event_type_value, e.timestamp)
+            if "waiting for a scrape slot" in (e.user_message or ""):
+                waits.append(e.user_message)
     first, second = sorted(steps.values(), key=lambda ev: ev["STEP_SUCCESS"])
-    assert second["STEP_START"] >= first["STEP_SUCCESS"] - 0.5, "the pool admitted two source steps at once"
+    assert second["STEP_START"] < first["STEP_SUCCESS"], "the second step did not start while the first scraped"
+    assert len(waits) == 1 and "all 1 are scraping (slow_" in waits[0], waits
 
 
 PAGED = '''import polars as pl

@@ -40,10 +40,12 @@ def build_defs(s: Settings | None = None) -> Definitions:
 
 def scrape_executor(s: Settings):
     """The executor of the scrape job, chosen by FLEET_EXECUTOR. ``multiprocess`` (the default): a process per
-    source step on this machine, as many at once as the scrapers pool admits (the pool's limit in the instance
-    is the cap on sources scraping at once, across runs: fleet/defs/instance.py checks it equals
-    FLEET_MAX_PARALLEL). ``celery``: each step is a task for the `fleet worker`s on FLEET_CELERY_BROKER, the
-    same pool capping them across all hosts (fleet/defs/celery.py)."""
+    source step on this machine, as many at once as the scrapers pool admits (fleet/defs/instance.py checks its
+    limit is ``pool_limit(FLEET_MAX_PARALLEL)``, above the cap: fleet's own slots hold the cap around each scrape,
+    fleet/engine/slot.py). ``celery``: each step is a task for the `fleet worker`s on FLEET_CELERY_BROKER, the
+    same pool and slots (in the broker's Redis) across all hosts (fleet/defs/celery.py)."""
+    from fleet.defs.instance import pool_limit
+
     if s.executor == "celery":
         from dagster_celery import celery_executor
 
@@ -52,7 +54,7 @@ def scrape_executor(s: Settings):
         return fleet_executor(celery_executor.configured(executor_config(s)),
                               watch=lambda instance, run: watching(s, instance, run))
     return fleet_executor(multiprocess_executor.configured({
-        "max_concurrent": s.max_parallel,
+        "max_concurrent": pool_limit(s.max_parallel),
         "start_method": {"forkserver": {"preload_modules": list(PRELOAD)}},
     }))
 

@@ -15,6 +15,16 @@ from fleet.config import Settings
 from fleet.errors import FleetError
 
 POOL = "scrapers"
+# Dagster's scrapers pool (and the multiprocess executor's max_concurrent) admits this many steps per source of the
+# cap: fleet's own slot (fleet/engine/slot.py) holds the cap around the scrape only, and a step holds its pool slot
+# ~1.3x its scrape (launch, start-up, then the run process draining its tail events, ~20 ms per live step per
+# event). Twice the cap lets the next steps start, and the finished ones drain, while the cap's slots scrape.
+STEPS_PER_SLOT = 2
+
+
+def pool_limit(max_parallel: int) -> int:
+    """The scrapers pool's limit for a cap of ``max_parallel`` sources scraping at once."""
+    return STEPS_PER_SLOT * max_parallel
 
 
 def dagster_yaml(s: Settings) -> str:
@@ -40,8 +50,9 @@ telemetry:
   enabled: false
 {storage}{compute_logs}concurrency:
   pools:
-    # the cap on sources scraping at once, across runs; FLEET_MAX_PARALLEL must equal it
-    default_limit: {s.max_parallel}
+    # the steps admitted at once, across runs: {STEPS_PER_SLOT} x FLEET_MAX_PARALLEL, the cap on sources scraping at
+    # once that fleet holds around each scrape (its own slots: fleet/engine/slot.py)
+    default_limit: {pool_limit(s.max_parallel)}
     granularity: op
   runs:
     max_concurrent_runs: 8
@@ -116,7 +127,7 @@ def _shared_storage(data: dict) -> bool:
 
 def check_instance(s: Settings, instance) -> None:
     """Refuse an instance without what fleet relies on, naming the missing ``dagster.yaml`` key: a limit for the
-    scrapers pool equal to ``FLEET_MAX_PARALLEL``, the run queue's limit of one run per ``dagster/partition``
+    scrapers pool of :func:`pool_limit` of ``FLEET_MAX_PARALLEL``, the run queue's limit of one run per ``dagster/partition``
     (QueuedRunCoordinator), and run monitoring."""
     home = config.dagster_home()
     if home is None:
@@ -129,9 +140,11 @@ def check_instance(s: Settings, instance) -> None:
     if limit is None:
         raise FleetError(f"{where}: concurrency.pools.default_limit is missing: fleet's '{POOL}' pool needs a limit "
                          f"(or set one with `dagster instance concurrency set {POOL} N`)")
-    if limit != s.max_parallel:
+    if limit != pool_limit(s.max_parallel):
         raise FleetError(f"the instance's '{POOL}' pool limit is {limit} but FLEET_MAX_PARALLEL is {s.max_parallel}; "
-                         f"the pool limit is the cap on sources scraping at once: make them equal")
+                         f"the pool admits {STEPS_PER_SLOT} steps per source of the cap on sources scraping at once: "
+                         f"set it to {pool_limit(s.max_parallel)} (`dagster instance concurrency set {POOL} "
+                         f"{pool_limit(s.max_parallel)}`)")
     if "QueuedRunCoordinator" not in str((data.get("run_coordinator") or {}).get("class", "")):
         raise FleetError(f"{where}: run_coordinator is not Dagster's QueuedRunCoordinator; fleet needs the run queue "
                          "for one run per week")

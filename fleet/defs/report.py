@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import click
 
+from fleet import config
 from fleet.config import scraper_dirs, settings
+from fleet.errors import without_credentials
 from fleet.storage.open import host_store
 from fleet.upkeep import mb
 
@@ -110,6 +112,7 @@ def status(week: str, echo=click.echo) -> int:
     echo(f"week {week}")
     instance = get_instance(settings())
     print_status(week_status(instance, store, week, names), echo)
+    print_slots(echo)
     failed = failed_checks(instance, week, names, SOURCE_CHECKS)
     echo(f"checks: {len(failed)} failed" + (":" if failed else ""))
     for c in failed:
@@ -124,6 +127,23 @@ def status(week: str, echo=click.echo) -> int:
     print_domains(store, week, names, echo)
     print_lifecycle(store, week, echo)
     return EXIT_OK
+
+
+def print_slots(echo=click.echo) -> None:
+    """The sources scraping now, in the cap's slots, and those whose steps wait for one (fleet/engine/slot.py)."""
+    from fleet.engine import slot
+    from fleet.engine.settings import EngineSettings
+
+    s, shared = settings(), config.politeness()["shared"]
+    try:
+        scraping, waiting = slot.now(EngineSettings.under(s.home, chromium="").slots_dir, shared)
+    except Exception as exc:  # the broker's Redis down: the rest of the status still holds
+        echo(f"scraping now: cannot be read from {without_credentials(shared)} ({type(exc).__name__}: {exc})")
+        return
+    if scraping or waiting:
+        line = lambda recs: ", ".join(sorted(f"{r.get('source', '?')} ({r.get('host', '?')})" for r in recs)) or "-"
+        echo(f"scraping now: {len(scraping)} of {s.max_parallel} (FLEET_MAX_PARALLEL): {line(scraping)}")
+        echo(f"waiting for a scrape slot: {len(waiting)}" + (f": {line(waiting)}" if waiting else ""))
 
 
 def print_domains(store, week: str, names: list[str], echo=click.echo) -> None:

@@ -72,13 +72,19 @@ class Browser(ConfigurableResource):
     """The limit on a new browser host getting its browser up (FLEET_BROWSER_STARTUP_S)."""
     home: str
     """FLEET_HOME: the browser hosts' folder and caches are under it."""
+    scrape_cap: int = 0
+    """fleet's cap on sources scraping at once, held around each scrape (FLEET_MAX_PARALLEL; fleet/engine/slot.py)."""
 
     def engine_settings(self) -> EngineSettings:
-        from fleet.config import chromium_path
+        from fleet.config import chromium_path, politeness
 
+        # the cap's slots are shared where politeness's bounds are (the broker's Redis under FLEET_EXECUTOR=celery);
+        # read here, in the step's process, so its URL is not in the resource's config the UI shows
         return EngineSettings.under(Path(self.home), chromium=self.chromium or chromium_path(),
                                     browser_hosts=self.browser_hosts, idle_s=self.host_idle_s,
-                                    max_sources=self.host_max_sources, startup_s=self.startup_s)
+                                    max_sources=self.host_max_sources, startup_s=self.startup_s,
+                                    scrape_cap=self.scrape_cap,
+                                    slots_shared=politeness()["shared"] if self.scrape_cap else "")
 
 
 class Alerts(ConfigurableResource):
@@ -103,6 +109,6 @@ def from_settings(s: Settings) -> dict:
         "artifacts": ArtifactStore(root=s.store_url, cache_dir=str(s.artifact_cache)),
         "browser": Browser(chromium=config.chromium_setting(), browser_hosts=s.browser_hosts,
                            host_idle_s=config.browser_host_idle_s(), host_max_sources=config.browser_host_max_sources(),
-                           startup_s=config.browser_startup_s(), home=str(s.home)),
+                           startup_s=config.browser_startup_s(), home=str(s.home), scrape_cap=s.max_parallel),
         "alerts": Alerts(home=str(s.home), webhook=config.alert_webhook()),
     }

@@ -7,8 +7,10 @@ one for this attempt alone. Either way, at the limit it is killed with its brows
 """
 from __future__ import annotations
 
+import contextlib
+
 from fleet.errors import ScraperDefinitionError
-from fleet.engine import outcome, pool, supervise
+from fleet.engine import outcome, pool, slot, supervise
 from fleet.engine.spec import Trial, new_attempt
 from fleet.scraping.contract import check_seconds
 from fleet.scraping.discovery import Source
@@ -72,13 +74,25 @@ def run_source(source: Source, week: str, *, store: ArtifactStore, run_id: str, 
     attempt = new_attempt(source, week, store=store, run_id=run_id, deep=deep, timeout=timeout, retry=retry,
                           settings=settings, trial=trial, judge_trace=judge_trace)
     warm = settings.browser_hosts == "warm" and not (source.own_process or source.own_browser)
+    # fleet's cap on sources scraping at once, held from the lease to the stored outcome (fleet/engine/slot.py);
+    # the source's hard limit starts after it
+    held = (slot.scrape_slot(settings.scrape_cap, settings.slots_dir, settings.slots_shared, source.name, run_id,
+                             say=lambda line: log_line(f"{prefix} {line}"))
+            if settings.scrape_cap else contextlib.nullcontext(0.0))
     try:
-        proc, how = supervise.start(attempt, settings, warm)
-    except pool.HostStartError as exc:
-        result = {"status": "failed", "category": "infra", "error": f"source {source.name}: {exc}"}
-        log_line(f"{prefix} {result['error']}")
-        return outcome.finish(source, week, store, run_id, attempt.id, deep, work, result, 0.0, forced)
-    seen = supervise.supervise(proc, attempt, how=how, timeout=timeout, startup_s=settings.startup_s,
-                               log_line=log_line, prefix=prefix)
-    result = outcome.classify(source, attempt, seen, timeout=timeout, startup_s=settings.startup_s)
-    return outcome.finish(source, week, store, run_id, attempt.id, deep, work, result, seen.seconds, forced)
+        with held as waited:
+            try:
+                proc, how = supervise.start(attempt, settings, warm)
+            except pool.HostStartError as exc:
+                result = {"status": "failed", "category": "infra", "error": f"source {source.name}: {exc}"}
+                log_line(f"{prefix} {result['error']}")
+                return outcome.finish(source, week, store, run_id, attempt.id, deep, work, result, 0.0, forced)
+            if waited:
+                how += f"; waited {waited:g}s for a scrape slot"
+            seen = supervise.supervise(proc, attempt, how=how, timeout=timeout, startup_s=settings.startup_s,
+                                       log_line=log_line, prefix=prefix)
+            result = outcome.classify(source, attempt, seen, timeout=timeout, startup_s=settings.startup_s)
+            return outcome.finish(source, week, store, run_id, attempt.id, deep, work, result, seen.seconds, forced)
+    except slot.SlotError as exc:
+        log_line(f"{prefix} {exc}")
+        return outcome.failed(store, source.name, week, run_id, f"source {source.name}: {exc}", "infra")

@@ -83,6 +83,21 @@ def _host_key(host: str) -> str:
     return "fleet:politeness:" + _safe(host)
 
 
+def try_slot(root: Path, host: str, n: int):
+    """One of the ``n`` slot files of ``host`` under ``root``, open and flocked without waiting (closing it frees
+    the slot; so does its process's death), or None when all ``n`` are held. fleet's scrape slots
+    (fleet/engine/slot.py) are this mechanism too."""
+    root.mkdir(parents=True, exist_ok=True)
+    for i in range(n):
+        fh = open(_host_file(root, host, f".slot{i}"), "a+")
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return fh
+        except BlockingIOError:
+            fh.close()
+    return None
+
+
 def _strictest(n: int, t: float, records, own: tuple[int | None, float | None]) -> tuple[int, float]:
     now = time.time()
     for rec in records:
@@ -268,16 +283,9 @@ class Politeness:
 
     async def _slot(self, host: str, n: int):
         """An open, flocked slot file: one of the ``n`` of ``host`` (the caller closes it to free the slot)."""
-        self.root.mkdir(parents=True, exist_ok=True)
-        while True:
-            for i in range(n):
-                fh = open(_host_file(self.root, host, f".slot{i}"), "a+")
-                try:
-                    fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    return fh
-                except BlockingIOError:
-                    fh.close()
+        while (fh := try_slot(self.root, host, n)) is None:
             await asyncio.sleep(POLL_S)
+        return fh
 
     async def _spaced(self, host: str, interval_s: float) -> None:
         """Wait until ``interval_s`` has passed since the last request to ``host`` started, and claim now."""
