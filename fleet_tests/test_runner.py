@@ -40,10 +40,10 @@ def scraper(tmp_path, name: str, scrape: str, *, timeout_s: float = 30, schema: 
     return {s.name: s for s in discover([d])}[name]
 
 
-def run(home, source, *, refresh=False, log=None):
+def run(home, source, *, refresh=False, log=None, settings=None):
     store = LocalArtifactStore(home / "artifacts")
-    return run_source(source, WEEK, store=store, run_id="test", settings=EngineSettings.from_env(), refresh=refresh,
-                      log=log), store
+    return run_source(source, WEEK, store=store, run_id="test", settings=settings or EngineSettings.from_env(),
+                      refresh=refresh, log=log), store
 
 
 def test_a_scrapers_own_timeout_is_its_error_not_fleets_deadline(home, tmp_path):

@@ -17,6 +17,7 @@ import pytest
 from fleet.engine import slot
 from fleet_tests.conftest import ROOT, WEEK
 from fleet_tests.services import Redis
+from fleet_tests.test_isolation import PAGED  # a demo-books scraper of N pages
 
 HOLD = '''
 import sys, time
@@ -138,23 +139,6 @@ def test_fleet_status_lists_the_sources_scraping_and_waiting(tmp_path, monkeypat
         "waiting for a scrape slot: 1: jobs ("), lines
 
 
-PAGED = '''import polars as pl
-
-from fleet import Scraper
-from fleet.demo import site_url
-
-
-class Paged(Scraper):
-    name = "{name}"
-    schema = {{"page": pl.Int64, "title": pl.String}}
-    key = ("page",)
-
-    async def scrape(self, page, ctx):
-        for p in range(6):
-            await ctx.goto(page, site_url(f"/books?week={{ctx.week.isoformat()}}&src={name}&p={{p}}"))
-            yield {{"page": p, "title": await page.title()}}
-'''
-
 HOST = '''
 import json, sys
 from concurrent.futures import ThreadPoolExecutor
@@ -193,7 +177,7 @@ def test_the_cap_holds_across_hosts_counted_by_the_demo_sites(tmp_path, redis_ur
             home.mkdir()
             scrapers.mkdir()
             for n in names:
-                (scrapers / f"{n}.py").write_text(PAGED.format(name=n))
+                (scrapers / f"{n}.py").write_text(PAGED.format(name=n, pages=6))
             env = {k: v for k, v in os.environ.items() if not k.startswith("FLEET_") and k != "DAGSTER_HOME"}
             env.update(FLEET_HOME=str(home), FLEET_DEMO_URL=sites.url, PYTHONPATH=str(ROOT))
             procs.append(subprocess.Popen([sys.executable, "-c", HOST, str(home), str(scrapers), WEEK, redis_url],

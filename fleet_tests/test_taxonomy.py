@@ -277,14 +277,17 @@ def test_a_dead_run_never_costs_a_source_its_stored_rows(fleet_env):
     assert killed.returncode == -9, killed.stderr[-3000:]   # the run process was SIGKILLed mid-run
     assert _runs(counters, "kills_its_run") == 1
     out = json.loads(script_run("follow").stdout.strip().splitlines()[-1])
-    assert out["claimed"] == [True] and out["claimed_after"] == 0     # the dead step's pool slot is given back
-    assert out["outcomes"] == {"kills_its_run": "interrupted", "steady": "not started"}
+    # the pool admits 2 x the cap (fleet/engine/slot.py): steady's step may have started beside the one that killed
+    # the run, and then reused its stored rows without scraping; either way its pool slot is given back too
+    assert all(out["claimed"]) and len(out["claimed"]) in (1, 2) and out["claimed_after"] == 0
+    assert out["outcomes"]["kills_its_run"] == "interrupted"
+    assert out["outcomes"]["steady"] in ("not started", "succeeded"), out["outcomes"]
     assert out["rerun_with_budget"] == ["rerun", ["kills_its_run"]]  # N=2: only the source that crashed
     assert out["action"] == "publish"                                 # N=0: straight to consolidation
     assert out["stored"]["steady"] == ["ok", first["run_id"]]         # the earlier run's outcome, untouched
     assert out["stored"]["kills_its_run"][0] == "failed"              # the crash is recorded where nothing was
     assert out["included"] == {"steady": 3} and out["missing"] == ["kills_its_run"]
-    assert out["status"]["steady"] == ["ok", None, 3, 1]              # the not-started step is no attempt
+    assert out["status"]["steady"][:3] == ["ok", None, 3]             # its stored outcome and rows
     assert out["status"]["kills_its_run"] == ["failed", "infra", 0, 1]
 
 

@@ -4,6 +4,7 @@ scraper's own declared limits bind the other sources of its domain; a bad settin
 the bounds hold across hosts through the broker's Redis (Debian's redis-server), and a Redis that cannot be
 reached bounds each host alone rather than failing its sources."""
 import asyncio
+import dataclasses
 import datetime as dt
 import os
 import subprocess
@@ -31,7 +32,7 @@ GOTOS = """
 IMPORT = "from fleet.demo import site_url\n"
 
 
-def _two_at_once(home, tmp_path, monkeypatch, names, latency_ms=0, lines=None):
+def _two_at_once(home, tmp_path, monkeypatch, names, latency_ms=0, lines=None, settings=None):
     """Two sources of GOTOS scraping the demo sites at once; the server's (start, end) of each /books request.
     ``lines``: a list the attempts' log lines are added to."""
     log = SimpleNamespace(info=(lines if lines is not None else []).append)
@@ -39,7 +40,8 @@ def _two_at_once(home, tmp_path, monkeypatch, names, latency_ms=0, lines=None):
         monkeypatch.setenv("FLEET_DEMO_URL", sites.url)
         sources = [scraper(tmp_path, n, GOTOS, module=IMPORT) for n in names]  # before: discovery reads the folder
         outs = {}
-        threads = [threading.Thread(target=lambda s=s: outs.__setitem__(s.name, run(home, s, log=log)[0]))
+        threads = [threading.Thread(target=lambda s=s: outs.__setitem__(s.name, run(home, s, log=log,
+                                                                                  settings=settings)[0]))
                    for s in sources]
         for t in threads:
             t.start()
@@ -135,7 +137,11 @@ def test_an_unreachable_redis_bounds_each_host_alone_and_says_so_once(scrape_hom
     monkeypatch.setenv("FLEET_CELERY_BROKER", f"redis://127.0.0.1:{free_port()}/0")
     monkeypatch.setenv("FLEET_DOMAIN_CONCURRENCY", "1")
     lines = []
-    spans = _two_at_once(scrape_home, tmp_path, monkeypatch, ("down_a", "down_b"), latency_ms=250, lines=lines)
+    # politeness's own fallback alone: the cap's slots refuse to fall back to one host (test_slot.py tries that)
+    from fleet.engine.runner import EngineSettings
+    local_cap = dataclasses.replace(EngineSettings.from_env(), slots_shared="")
+    spans = _two_at_once(scrape_home, tmp_path, monkeypatch, ("down_a", "down_b"), latency_ms=250, lines=lines,
+                         settings=local_cap)
     assert len(spans) == 8
     assert all(a_end <= b_start + 0.01 for (_, a_end), (b_start, _) in zip(spans, spans[1:])), spans
     said = [ln for ln in lines if "politeness: the shared bounds" in ln]
