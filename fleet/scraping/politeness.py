@@ -158,25 +158,23 @@ class Politeness:
         if status in (429, 503) and retry_after is not None:
             st["retry_after_waits"] += 1
             st["retry_after_s"] = round(st["retry_after_s"] + retry_after, 3)
-        if self.shared:
-            from redis.exceptions import RedisError
-
-            try:
-                return await self.backoff.mark(host, status == 429, self._client())
-            except (RedisError, OSError) as exc:
-                self._say_down(exc)
-        await self.backoff.mark(host, status == 429)
+        await self._history(self.backoff.mark, host, status == 429)
 
     async def backoff_level(self, host: str) -> int:
         """The domain's 429 backoff level this week, from where its history is kept (see :meth:`note`)."""
+        return await self._history(self.backoff.level, host)
+
+    async def _history(self, op, host: str, *args):
+        """``op`` (``Backoff.mark`` or ``.level``) on the shared Redis when the bounds are shared, else, or while it
+        cannot be reached, on this host's files."""
         if self.shared:
             from redis.exceptions import RedisError
 
             try:
-                return await self.backoff.level(host, self._client())
+                return await op(host, *args, self._client())
             except (RedisError, OSError) as exc:
                 self._say_down(exc)
-        return await self.backoff.level(host)
+        return await op(host, *args)
 
     async def close(self) -> None:
         if self._redis is not None:
