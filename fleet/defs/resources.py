@@ -76,7 +76,7 @@ class Browser(ConfigurableResource):
     """fleet's cap on sources scraping at once, held around each scrape (FLEET_MAX_PARALLEL; fleet/engine/slot.py)."""
 
     def engine_settings(self) -> EngineSettings:
-        from fleet.config import chromium_path, politeness
+        from fleet.config import chromium_path, scrape_slots
 
         # the cap's slots are shared where politeness's bounds are (the broker's Redis under FLEET_EXECUTOR=celery);
         # read here, in the step's process, so its URL is not in the resource's config the UI shows
@@ -84,7 +84,7 @@ class Browser(ConfigurableResource):
                                     browser_hosts=self.browser_hosts, idle_s=self.host_idle_s,
                                     max_sources=self.host_max_sources, startup_s=self.startup_s,
                                     scrape_cap=self.scrape_cap,
-                                    slots_shared=politeness()["shared"] if self.scrape_cap else "")
+                                    slots_shared=scrape_slots()["slots_shared"] if self.scrape_cap else "")
 
 
 class Alerts(ConfigurableResource):
