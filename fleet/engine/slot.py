@@ -80,19 +80,19 @@ def scrape_slot(cap: int, root: Path, shared: str, source: str, run_id: str, say
         fh.close()
 
 
-def _wait_file(root: Path, who: dict) -> Path:
-    return root / "waiting" / f"{who['pid']}.{uuid.uuid4().hex[:8]}"
-
-
 @contextlib.contextmanager
 def _waiting(root: Path, who: dict):
-    """A flocked file under ``root/waiting`` while this step waits: what `fleet status` counts."""
-    path = _wait_file(root, who)
+    """A flocked ``*.wait`` file under ``root/waiting`` while this step waits: what `fleet status` counts. It is
+    locked and written under a name status does not read, then renamed into place, so status never sees it unlocked
+    (which it takes for a step that died waiting, and removes)."""
+    name = f"{who['pid']}.{uuid.uuid4().hex[:8]}"
+    path, draft = root / "waiting" / f"{name}.wait", root / "waiting" / f".{name}.draft"
     path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a+") as fh:
+    with open(draft, "w") as fh:
         fcntl.flock(fh, fcntl.LOCK_EX)
         fh.write(json.dumps(who))
         fh.flush()
+        os.replace(draft, path)
         try:
             yield
         finally:
@@ -121,7 +121,7 @@ def _local_state(root: Path) -> tuple[list[dict], list[dict]]:
     slots = sorted(root.glob(_host_file(root, NAME, ".slot").name + "*"))
     scraping = [h for h in map(_held, slots) if h is not None]
     waiting = []
-    for path in sorted((root / "waiting").glob("*")) if (root / "waiting").is_dir() else ():
+    for path in sorted((root / "waiting").glob("*.wait")) if (root / "waiting").is_dir() else ():
         h = _held(path)
         if h is None:  # its step died waiting
             path.unlink(missing_ok=True)
