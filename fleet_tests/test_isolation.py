@@ -56,14 +56,17 @@ def test_faulty_sources_cost_only_themselves(fleet_env):
     assert (evidence / "hang_async" / "screenshot.png").read_bytes().startswith(b"\x89PNG")
     assert "<html" in (evidence / "hang_async" / "page.html").read_text().lower()
 
-    # the empty feed's asset check failed, with ERROR severity, and did not block anything
+    # the empty feed's quality check failed on non_empty, with ERROR severity, and did not block anything
     os.environ["DAGSTER_HOME"] = str(fleet_env.home / "dagster")
     with DagsterInstance.get() as instance:
-        key = AssetCheckKey(AssetKey(["raw", "empty_feed"]), "non_empty")
+        key = AssetCheckKey(AssetKey(["raw", "empty_feed"]), "quality")
         rec = instance.event_log_storage.get_latest_asset_check_execution_by_key([key])[key]
         evaluation = rec.event.dagster_event.event_specific_data
         assert evaluation.passed is False and evaluation.severity.value == "ERROR"
-        ok_key = AssetCheckKey(AssetKey(["raw", "books"]), "non_empty")
+        assert evaluation.description.startswith("non_empty: empty feed: source empty_feed returned no rows")
+        assert evaluation.metadata["non_empty"].value.startswith("failed ERROR: empty feed")
+        assert evaluation.metadata["schema"].value.startswith("passed: ")
+        ok_key = AssetCheckKey(AssetKey(["raw", "books"]), "quality")
         ok = instance.event_log_storage.get_latest_asset_check_execution_by_key([ok_key])[ok_key]
         assert ok.event.dagster_event.event_specific_data.passed is True
         # a check evaluates the week it ran for: its result completes the execution the run planned for that

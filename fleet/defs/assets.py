@@ -50,6 +50,9 @@ class RawConfig(Config):
     """Attempts for transient navigation errors."""
 
 
+QUALITY_CHECK = "quality"
+"""A source's one Dagster check: it carries the results of the five below (one check, not five, so a step's tail
+is one check's two events instead of ten, and a run plans one check evaluation per source)."""
 SOURCE_CHECKS = {
     "non_empty": "The source returned at least one row this week (ERROR: empty feed).",
     "volume": "Rows against the median of the last 4 successful weeks (WARN below 50%, ERROR below 10%: the quality "
@@ -267,18 +270,32 @@ def _raw_compute(source: Source, crash_reruns: int):
             metadata={**common, **(evidence_metadata(store, week, source.name, held) if held else {}), "dagster/row_count": out.rows, "path": MetadataValue.path(store.location(week, keys.raw_key(source.name, out.attempt))),
                       "reused": out.reused,
                       **{k: float(v) for k, v in coverage.items() if k.startswith("coverage/") and v is not None}})
-        # The checks follow the materialization they evaluate, each naming its asset and check. Embedded in the
+        # The check follows the materialization it evaluates, naming its asset and check. Embedded in the
         # MaterializeResult (check_results=), Dagster looked up the asset's latest materialization once more per
-        # check, only to learn the check's key: 4 of a step's 8 such queries (~2 ms of CPU each).
-        for o in outcomes:
-            yield AssetCheckResult(asset_key=key, check_name=o.name, passed=o.passed, severity=SEVERITY[o.severity],
-                                   description=o.message, metadata={k: v for k, v in o.metadata.items() if v is not None})
+        # check, only to learn the check's key.
+        yield quality_result(key, outcomes)
 
     return _raw
 
 
+def quality_result(key: AssetKey, outcomes: list) -> AssetCheckResult:
+    """The source's one check from its five outcomes: failed when any failed, ERROR when a failed one is; its
+    description names each failed one; its metadata holds every one's verdict (``<name>``) and figures
+    (``<name>/...``), which `fleet status` lists (fleet/policy/status.py ``failed_checks``)."""
+    failed = [o for o in outcomes if not o.passed]
+    metadata = {o.name: MetadataValue.text(f"{'passed' if o.passed else 'failed ' + o.severity}: {o.message}")
+                for o in outcomes}
+    metadata.update({k if k.startswith(f"{o.name}/") else f"{o.name}/{k}": v
+                     for o in outcomes for k, v in o.metadata.items() if v is not None})
+    return AssetCheckResult(
+        asset_key=key, check_name=QUALITY_CHECK, passed=not failed, metadata=metadata,
+        severity=SEVERITY["ERROR" if any(o.severity == "ERROR" for o in failed) else "WARN"],
+        description="; ".join(f"{o.name}: {o.message}" for o in failed) or f"all {len(outcomes)} passed: "
+                    + ", ".join(o.name for o in outcomes))
+
+
 def _check_specs(key: AssetKey, partitions_def) -> list:
-    """The source's checks, each partitioned as its asset is: a check evaluates one week's rows. Unpartitioned,
+    """The source's check, partitioned as its asset is: it evaluates one week's rows. Unpartitioned,
     Dagster planned each check for the run's week but stored its evaluation without one, so the planned row
     stayed PLANNED (shown as skipped once the run ended) next to a second, partition-less row with the result.
     (A partitioned check spec is a preview feature in Dagster 1.13; its warning is silenced here.)"""
@@ -288,12 +305,13 @@ def _check_specs(key: AssetKey, partitions_def) -> list:
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", PreviewWarning)
-        return [AssetCheckSpec(name, asset=key, blocking=False, description=text, partitions_def=partitions_def)
-                for name, text in SOURCE_CHECKS.items()]
+        return [AssetCheckSpec(QUALITY_CHECK, asset=key, blocking=False, partitions_def=partitions_def,
+                               description="The week's rows, five ways; failed when any fails. "
+                                           + " ".join(f"{name}: {text}" for name, text in SOURCE_CHECKS.items()))]
 
 
 def raw_asset(source: Source, partitions_def, crash_reruns: int, freshness=None):
-    """``raw/<source>``: its own op, so its own step and process, with the source's four checks, its freshness
+    """``raw/<source>``: its own op, so its own step and process, with the source's quality check, its freshness
     policy (from the schedule: fleet/defs/automation.py) and its owner."""
     key = AssetKey(["raw", source.name])
     return asset(

@@ -101,7 +101,7 @@ def print_status(rows, echo=click.echo) -> None:
 def status(week: str, echo=click.echo) -> int:
     """`fleet status`: per source, then the failed checks (what the UI shows, not only what was evaluated), the
     commits, what the store holds, and the sources carried forward or in quarantine."""
-    from fleet.defs.assets import SOURCE_CHECKS
+    from fleet.defs.assets import QUALITY_CHECK, SOURCE_CHECKS
     from fleet.defs.instance import get_instance
     from fleet.policy.status import failed_checks, week_status
     from fleet.publish.week import describe
@@ -113,7 +113,7 @@ def status(week: str, echo=click.echo) -> int:
     instance = get_instance(settings())
     print_status(week_status(instance, store, week, names), echo)
     print_slots(echo)
-    failed = failed_checks(instance, week, names, SOURCE_CHECKS)
+    failed = failed_checks(instance, week, names, QUALITY_CHECK, SOURCE_CHECKS)
     echo(f"checks: {len(failed)} failed" + (":" if failed else ""))
     for c in failed:
         echo(f"  {c.severity:<5} {c.source:<20} {c.check:<10} {(c.message.splitlines() or [''])[0][:140]}")

@@ -79,29 +79,32 @@ class FailedCheck:
     message: str
 
 
-def failed_checks(instance, week: str, sources: list[str], check_names) -> list[FailedCheck]:
+def failed_checks(instance, week: str, sources: list[str], check: str, parts) -> list[FailedCheck]:
     """The checks the Dagster UI shows as failed for ``week``, from what the instance records: each source's
-    check's latest execution for the week's partition, evaluated as failed, or planned in a run that failed
-    without evaluating it (the UI's "Execution failed": its step failed). The stored check results alone miss
-    the latter, so `fleet status` said "0 failed" while the UI showed four failed checks per failed source."""
+    ``check``'s latest execution for the week's partition, evaluated as failed (listed per failed part of it, from
+    its metadata: ``parts`` are their names), or planned in a run that failed without evaluating it (the UI's
+    "Execution failed": its step failed). The stored check results alone miss the latter, so `fleet status` said
+    "0 failed" while the UI showed the checks of every failed source as failed."""
     from dagster import AssetCheckKey, AssetKey
 
     out = []
     for source in sources:
-        for name in check_names:
-            key = AssetCheckKey(AssetKey(["raw", source]), name)
-            latest = next((r for r in records.check_history(instance, key)
-                           if r.partition == week), None)
-            if latest is None:
-                continue
-            if latest.status.value == "FAILED":
-                evaluation = latest.event.dagster_event.event_specific_data
-                out.append(FailedCheck(source, name, evaluation.severity.value, evaluation.description or ""))
-            elif latest.status.value == "PLANNED":
-                run = records.run_by_id(instance, latest.run_id)
-                if run is not None and run.status.value == "FAILURE":
-                    out.append(FailedCheck(source, name, "-", f"not evaluated: run {latest.run_id[:8]} failed "
-                                                              "before the check ran (see the source's status)"))
+        key = AssetCheckKey(AssetKey(["raw", source]), check)
+        latest = next((r for r in records.check_history(instance, key) if r.partition == week), None)
+        if latest is None:
+            continue
+        if latest.status.value == "FAILED":
+            evaluation = latest.event.dagster_event.event_specific_data
+            said = {name: getattr(evaluation.metadata.get(name), "value", "") for name in parts}
+            failed = [(name, text.partition(": ")) for name, text in said.items() if text.startswith("failed ")]
+            out += [FailedCheck(source, name, verdict.split()[-1], message) for name, (verdict, _, message) in failed]
+            if not failed:  # evaluated by another version of fleet: the check as a whole
+                out.append(FailedCheck(source, check, evaluation.severity.value, evaluation.description or ""))
+        elif latest.status.value == "PLANNED":
+            run = records.run_by_id(instance, latest.run_id)
+            if run is not None and run.status.value == "FAILURE":
+                out.append(FailedCheck(source, check, "-", f"not evaluated: run {latest.run_id[:8]} failed "
+                                                           "before the check ran (see the source's status)"))
     return out
 
 

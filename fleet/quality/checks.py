@@ -265,7 +265,8 @@ def _coverage_check(frame: pl.DataFrame, past: list[dict]) -> CheckOutcome:
 
 def source_checks(source_name: str, schema: Mapping[str, Any], frame: pl.DataFrame, past: list[dict], *,
                   warn_ratio: float = 0.5, error_ratio: float = 0.1, week: str | None = None) -> list[CheckOutcome]:
-    """The four checks of one source's week, in the order non_empty, volume, coverage, schema.
+    """The checks of one source's week, in the order non_empty, volume, coverage, schema (the asset adds
+    structure; fleet/defs/assets.py carries them as one Dagster check).
 
     ``past`` is ``history(store, source, week)`` (newest first). ``week`` only appears in messages.
     """
