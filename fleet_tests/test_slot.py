@@ -243,3 +243,20 @@ def test_a_sources_hard_limit_does_not_count_its_wait_for_a_slot(scrape_home, tm
     waited = [line for line in log.lines if "waited" in line and "for a scrape slot" in line]
     assert waited and float(waited[0].split("waited ")[1].split("s ")[0]) > 3, str(log)
     assert any("waiting for a scrape slot: all 1 are scraping (long_one)" in line for line in log.lines), str(log)
+
+
+def test_status_never_takes_a_waiter_being_registered_for_a_dead_one(tmp_path):
+    """A waiting step's file is written under a draft name and renamed into place once locked: `fleet status`
+    reads only ``*.wait`` files, so it never finds one unlocked mid-registration and removes it as a dead
+    waiter's (which made the waiter invisible for the rest of its wait)."""
+    waiting = tmp_path / "waiting"
+    waiting.mkdir()
+    draft = waiting / ".123.abcd.draft"
+    draft.write_text("")
+    dead = waiting / "456.ef01.wait"
+    dead.write_text('{"source": "gone"}')
+    assert slot.now(tmp_path, "") == ([], [])
+    assert draft.exists() and not dead.exists()  # the dead waiter's file is cleared, the draft left alone
+    with slot._waiting(tmp_path, {"source": "jobs", "pid": 789}):
+        assert [r["source"] for r in slot.now(tmp_path, "")[1]] == ["jobs"]
+    assert slot.now(tmp_path, "")[1] == []
