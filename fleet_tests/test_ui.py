@@ -24,12 +24,20 @@ from fleet_tests import ui_selectors as ui
 from fleet_tests.conftest import ROOT, committed_frame, run_fleet, start_ui, stop_ui
 from fleet_tests.gitremote import log, make_remote
 
-NOW = dt.datetime.now(dt.timezone.utc)
-FAULT_WEEK = parse_week(NOW.date()).isoformat()          # the week in progress: never a past week
-TICK = dt.datetime.combine(parse_week(NOW.date()), dt.time(6), tzinfo=dt.timezone.utc)  # this Monday's tick
-TICK_WEEK = last_complete_week(TICK.date()).isoformat()  # the week that tick scrapes
-PAST_A = (parse_week(TICK_WEEK) - dt.timedelta(days=7)).isoformat()    # forced from the UI, then backfilled
-PAST_B = (parse_week(TICK_WEEK) - dt.timedelta(days=14)).isoformat()   # backfilled with nothing stored
+
+def _weeks(now: dt.datetime) -> None:
+    """The module's weeks, as of ``now``: set again as the UI starts (a session that crosses Monday 00:00 UTC
+    between collecting and reaching this module would otherwise scrape a week that has become past)."""
+    global NOW, FAULT_WEEK, TICK, TICK_WEEK, PAST_A, PAST_B
+    NOW = now
+    FAULT_WEEK = parse_week(NOW.date()).isoformat()          # the week in progress: never a past week
+    TICK = dt.datetime.combine(parse_week(NOW.date()), dt.time(6), tzinfo=dt.timezone.utc)  # this Monday's tick
+    TICK_WEEK = last_complete_week(TICK.date()).isoformat()  # the week that tick scrapes
+    PAST_A = (parse_week(TICK_WEEK) - dt.timedelta(days=7)).isoformat()    # forced from the UI, then backfilled
+    PAST_B = (parse_week(TICK_WEEK) - dt.timedelta(days=14)).isoformat()   # backfilled with nothing stored
+
+
+_weeks(dt.datetime.now(dt.timezone.utc))
 
 SCRAPERS = ROOT / "scrapers"
 SOURCE_FILES = [SCRAPERS / "books.py", SCRAPERS / "stocks.py",
@@ -52,6 +60,7 @@ def site(tmp_path_factory, request):
     from fleet.config import chromium_path
     from fleet.engine import pool
 
+    _weeks(dt.datetime.now(dt.timezone.utc))
     tmp = tmp_path_factory.mktemp("ui")
     home, scrapers = tmp / "home", tmp / "scrapers"
     home.mkdir()
