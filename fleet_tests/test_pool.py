@@ -224,26 +224,6 @@ def test_an_idle_worker_leaves_by_itself(home, monkeypatch):
     assert _files(home) == []
 
 
-def test_warmed_hosts_wait_idle_and_the_next_sources_lease_them(home):
-    """`fleet run` starts the first wave's browser hosts while its run is created (fleet/defs/week.py
-    ``warm_hosts``): each is left idle once its browser is up, hosts already idle count, and sources lease them
-    as any idle host instead of starting their own."""
-    settings, box = EngineSettings.from_env(home), _sandbox(home)
-    for t in pool.warm(settings, box, 2):
-        t.join(120)
-    hosts = pool.host_ids(home / "browser-hosts")
-    pids = {pool.read_pid(home / "browser-hosts", wid) for wid in hosts}
-    assert len(hosts) == 2 and all(alive(pid) for pid in pids), hosts
-    assert pool.warm(settings, box, 2) == []  # both are idle already
-    log = Lines()
-    out, rows = _run(home, "probe", log)
-    assert out.status == "ok", out.error
-    assert rows[0]["pid"] in pids and "(a browser host's source no. 1;" in str(log), str(log)
-    assert pool.stop_idle(home / "browser-hosts") == 2
-    for pid in pids:
-        _wait_dead(pid)
-
-
 def test_a_worker_being_started_is_not_cleared_away_by_another_step(home):
     """A starting worker has only its temporary ``.ID.lock``, unlocked for an instant after it is created. Another
     step looking for an idle worker, and ``stop_idle``, must leave it alone (they used to take it for a dead

@@ -139,8 +139,6 @@ def run_week(week: str, sources: tuple[str, ...] = (), deep: tuple[str, ...] = (
         return instance.get_run_by_id(result.run_id)
 
     say_sandbox(s.home, echo)  # after every refusal: a bad setting is the one line a refused run prints
-    if s.executor != "celery":
-        warm_hosts(week, sources, deep, refresh, s.max_parallel, store)
     reap_orphaned_runs(instance, week, echo)
     where = f"on the workers of {without_credentials(s.celery_broker)}" if s.executor == "celery" else "on this machine"
     echo(f"fleet: scraping week {week} ({len(sources or names)} sources, at most {s.max_parallel} at once, {where})")
@@ -197,35 +195,6 @@ def warm_forkserver(echo=click.echo) -> None:
             echo(f"fleet: forkserver not started ahead of the run ({type(exc).__name__}: {exc})", err=True)
 
     threading.Thread(target=start, name="fleet-forkserver-warmup", daemon=True).start()
-
-
-def warm_hosts(week: str, sources: tuple[str, ...], deep: tuple[str, ...], refresh: bool, cap: int, store) -> None:
-    """Start the first wave's browser hosts now, in the background (fleet/engine/pool.py ``warm``), while the
-    scrape run is created and its first steps start: as many as the cap, and no more than the sources this run
-    will scrape in one (neither stored complete for the week, nor in a process or browser of their own). Their
-    steps then lease them as any idle host. Only where the steps run on this machine, with warm hosts."""
-    from collections import Counter
-
-    from fleet.defs import definitions as d
-    from fleet.engine import pool, sandbox
-    from fleet.scraping.discovery import discover
-    from fleet.storage import store as keys
-
-    engine = d.defs.resources["browser"].engine_settings()
-    if engine.browser_hosts != "warm":
-        return
-    todo = [src for src in discover(scraper_dirs()) if (not sources or src.name in sources) and not src.broken
-            and not (src.own_process or src.own_browser)
-            and (refresh or keys.stored_complete(store, week, src.name, deep=src.name in deep) is None)]
-    if not todo:
-        return
-    # a host serves the sources whose sandbox sees the same folders: warm the ones of the most common folder
-    folder, count = Counter(src.module_path.parent for src in todo).most_common(1)[0]
-    try:
-        box = sandbox.for_attempt(engine, folder / "_")
-    except FleetError:  # refused: each step says so itself
-        return
-    pool.warm(engine, box, min(count, cap))
 
 
 def reap_orphaned_runs(instance, week: str, echo) -> None:

@@ -243,39 +243,11 @@ def lease(settings: EngineSettings, box: Sandbox | None = None) -> Lease:
         taken = _try_take(directory, wid, box.plan)
         if taken is not None:
             return taken
-    return _launch(settings, box, lease=True)
+    return _start(settings, box)
 
 
-def warm(settings: EngineSettings, box: Sandbox, count: int) -> list[threading.Thread]:
-    """Start up to ``count`` browser hosts now, in the background, for steps that have not started yet: each is
-    left idle once its browser is up (a step leases it as any idle host; unused, it leaves after ``idle_s``).
-    Hosts already idle for ``box`` count. A host that fails to start is skipped: the step starts its own."""
-    directory = settings.hosts_dir
-    directory.mkdir(parents=True, exist_ok=True)
-    idle = sum(1 for wid in host_ids(directory) if _view(directory, wid) == box.plan and _idle(directory, wid))
-
-    def one():
-        with contextlib.suppress(Exception):
-            _launch(settings, box, lease=False)
-
-    threads = [threading.Thread(target=one, name="fleet-warm-host", daemon=True) for _ in range(count - idle)]
-    for t in threads:
-        t.start()
-    return threads
-
-
-def _idle(directory: Path, wid: str) -> bool:
-    fd = try_lock(directory, wid)
-    if fd is None:
-        return False
-    os.close(fd)
-    pid = read_pid(directory, wid)
-    return pid is not None and alive(pid) and (directory / f"{wid}.sock").exists()
-
-
-def _launch(settings: EngineSettings, box: Sandbox, lease: bool) -> Lease | None:
-    """Start a host and wait for its browser, as the sandbox's user when it has one: leased to the caller
-    (``lease``), else left idle for any step."""
+def _start(settings: EngineSettings, box: Sandbox) -> Lease:
+    """A new host, leased to the caller once its browser is up; as the sandbox's user when it has one."""
     directory = settings.hosts_dir
     wid = uuid.uuid4().hex[:12]
     files = paths(directory, wid)
@@ -309,9 +281,6 @@ def _launch(settings: EngineSettings, box: Sandbox, lease: bool) -> Lease | None
             if time.monotonic() > deadline:
                 raise HostStartError(f"the browser did not start within {settings.startup_s:g}s")
             time.sleep(0.02)
-        if not lease:
-            os.close(fd)  # idle: the next step to look takes it
-            return None
         return _connect(directory, wid, popen.pid, fd, True)
     except BaseException as exc:
         if popen is not None:
