@@ -74,7 +74,7 @@ def test_checks_alert_once_per_problem_over_real_weeks(fleet_env):
 
         set_mode(state, "books", "normal")
         set_mode(state, "jobs", "normal")
-        run_fleet(env, "demo", "--week", "2026-11-23", *SOURCES)
+        run_fleet(env, "demo", "--week", "2026-11-23", "--force", *SOURCES)  # a past week once 2026-12-07 began
         week5 = hook.keys(n)
         assert ("stocks", "2026-11-23", "stale", "ERROR") in week5
         assert ("stocks", "2026-11-23", "non_empty", "ERROR") in week5
