@@ -97,6 +97,18 @@ def scrape_home(tmp_path, monkeypatch):
     pool.stop(home / "browser-hosts")
 
 
+@pytest.fixture(autouse=True)
+def _environment_restored():
+    """What a test sets in os.environ by hand ends with it: a test's setting must not reach the next test in the
+    same process (pytest-xdist runs files in any order: test_scaleout's FLEET_POSTGRES_URL, left behind, pointed
+    test_runworker's instance at a stopped Postgres)."""
+    saved = dict(os.environ)
+    yield
+    if dict(os.environ) != saved:
+        os.environ.clear()
+        os.environ.update(saved)
+
+
 def pytest_addoption(parser):
     parser.addoption("--ui-screenshots", metavar="DIR", default=None,
                      help="Save the UI tests' screenshots in DIR (default: the test session's temporary folder).")
