@@ -193,7 +193,7 @@ def week_events(instance, week: str):
     runs = sorted(instance.get_run_records(RunsFilter(tags={"dagster/partition": week})), key=lambda r: r.storage_id)
     return [(r.dagster_run, instance.all_logs(r.dagster_run.run_id, of_type={
         DagsterEventType.ENGINE_EVENT, DagsterEventType.STEP_START, DagsterEventType.STEP_SUCCESS,
-        DagsterEventType.STEP_FAILURE})) for r in runs]
+        DagsterEventType.STEP_FAILURE, DagsterEventType.ASSET_MATERIALIZATION})) for r in runs]
 
 
 def executed_on(records) -> dict[str, str]:
@@ -321,15 +321,13 @@ def test_a_restart_of_the_broker_or_the_instance_mid_week_commits_the_week_once(
     assert set(frame["source"].unique()) == {*DEMO, *(f"slow_{i}" for i in range(SLOW))}
     # nothing already scraped was scraped again: each healthy source scraped once over the week's runs (a run the
     # restart failed is followed by one that reuses the stored rows, and its steps succeed again: "reused")
-    from dagster import DagsterEventType, RunsFilter
-
-    instance = instance_of(orchestrator)
     scraped = {}
-    for rec in instance.get_run_records(RunsFilter(tags={"dagster/partition": week})):
-        for ev in instance.all_logs(rec.dagster_run.run_id, of_type=DagsterEventType.ASSET_MATERIALIZATION):
-            mat = ev.dagster_event.event_specific_data.materialization
-            if mat.asset_key.path[0] == "raw" and not mat.metadata["reused"].value:
-                scraped.setdefault(mat.asset_key.path[-1], []).append(rec.dagster_run.run_id[:8])
+    for run, events in week_events(instance_of(orchestrator), week):
+        for rec in events:
+            if rec.dagster_event.event_type.value == "ASSET_MATERIALIZATION":
+                mat = rec.dagster_event.event_specific_data.materialization
+                if mat.asset_key.path[0] == "raw" and not mat.metadata["reused"].value:
+                    scraped.setdefault(mat.asset_key.path[-1], []).append(run.run_id[:8])
     assert set(scraped) == {*DEMO, *(f"slow_{i}" for i in range(SLOW))} and all(
         len(runs) == 1 for runs in scraped.values()), scraped
     # a Celery worker that the restart ended (kombu's Redis transport can, restoring its unacknowledged messages)
