@@ -19,7 +19,7 @@ from fleet.errors import BlockedError, FleetError, NavigationError, ScraperDefin
 from fleet.scraping import blocked as bot
 from fleet.scraping.politeness import Politeness
 from fleet.scraping.retry import RetryPolicy, retry_async
-from fleet.storage.provenance import COLUMNS as RESERVED_COLUMNS
+from fleet.storage.provenance import PREFIX as FLEET_PREFIX, is_fleet_column
 
 NAME_RE = re.compile(r"^[a-z][a-z0-9_]*$")
 # A source's name is also a Dagster tag value (``fleet/source``), which holds at most 63 characters; a longer one
@@ -110,11 +110,9 @@ class Scraper:
         for col, dtype in schema.items():
             if not isinstance(col, str) or not col:
                 raise ScraperDefinitionError(f"scraper {name!r}: schema column names must be strings, got {col!r}")
-            if col == "source":
-                raise ScraperDefinitionError(f"scraper {name!r}: column 'source' is reserved for consolidation")
-            if col in RESERVED_COLUMNS:
-                raise ScraperDefinitionError(f"scraper {name!r}: column {col!r} is reserved: fleet adds it to every "
-                                             f"row (provenance)")
+            if is_fleet_column(col):
+                raise ScraperDefinitionError(f"scraper {name!r}: column {col!r} is reserved: names starting with "
+                                             f"{FLEET_PREFIX!r} are fleet's own columns (provenance, source)")
             try:
                 ok = isinstance(dtype, pl.DataType) or (isinstance(dtype, type) and issubclass(dtype, pl.DataType))
             except TypeError:
