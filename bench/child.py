@@ -17,13 +17,17 @@ def consolidate_fleet(root: str, week: str, n: str) -> None:
 
 
 def consolidate_polars(listing: str, out: str) -> None:
-    """Bare polars over the raw files the bench stored (``listing``: a JSON object, source -> its file's path)."""
+    """Bare polars over the raw files the bench stored (``listing``: a JSON object, source -> its file's path): each
+    source's rows with its name, into a file of its own in the folder ``out``, as fleet's layout has them."""
+    from pathlib import Path
+
     import polars as pl
     t = time.perf_counter()
     with open(listing) as fh:
         files = json.load(fh)
-    frames = [pl.scan_parquet(path).with_columns(pl.lit(name).alias("source")) for name, path in sorted(files.items())]
-    pl.concat(frames, how="diagonal_relaxed").sink_parquet(out)
+    Path(out).mkdir(parents=True, exist_ok=True)
+    for name, path in sorted(files.items()):
+        pl.scan_parquet(path).select(pl.lit(name).alias("source"), pl.all()).sink_parquet(Path(out) / f"{name}.parquet")
     print(json.dumps({"op_s": time.perf_counter() - t}))
 
 

@@ -1,4 +1,5 @@
-"""consolidate: fleet.transform.consolidate.consolidate vs bare polars scan/concat/sink, each in a fresh process."""
+"""consolidate: fleet.transform.consolidate.consolidate vs bare polars scan/sink of a file per source, each in a fresh
+process."""
 from __future__ import annotations
 
 import json
@@ -47,12 +48,12 @@ def run(size: str, repeats: int) -> dict:
         listing.write_text(json.dumps(paths))
         fleet_runs, base_runs = [], []
         for _ in range(repeats):
-            LocalArtifactStore(tmp / "store").delete(WEEK, keys.CONSOLIDATED_KEY)
+            LocalArtifactStore(tmp / "store").delete(WEEK, keys.CONSOLIDATED_META_KEY)
             r = run_measured([PY, "-m", "bench.child", "consolidate-fleet", str(tmp / "store"), WEEK, str(n)], cwd=ROOT)
             r["op_s"] = json.loads(r["output"].strip().splitlines()[-1])["op_s"]
             fleet_runs.append(r)
-            base_out = tmp / "baseline.parquet"
-            base_out.unlink(missing_ok=True)
+            base_out = tmp / "baseline"
+            shutil.rmtree(base_out, ignore_errors=True)
             b = run_measured([PY, "-m", "bench.child", "consolidate-polars", str(listing), str(base_out)], cwd=ROOT)
             b["op_s"] = json.loads(b["output"].strip().splitlines()[-1])["op_s"]
             base_runs.append(b)

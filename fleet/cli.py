@@ -163,9 +163,25 @@ def unquarantine(name):
 @main.command()
 @_week_option
 @click.option("--stage", type=click.Choice(["raw", "processed"]), default=None, help="Only this stage (default: both that are stored).")
-def commit(week, stage):
+@click.option("--drop", "drop", multiple=True, metavar="NAME",
+              help="Remove this source's files from the week's folder on the branch (repeatable).")
+def commit(week, stage, drop):
     """Re-run only the commit of a week, from its stored artifacts."""
-    sys.exit(driver.commit_week(resolve_week(week), stage))
+    sys.exit(driver.commit_week(resolve_week(week), stage, drop))
+
+
+@main.command()
+@click.argument("source")
+@click.option("--week", default=None, help="The week (default: the newest the data repository holds SOURCE for).")
+@click.option("--stage", type=click.Choice(["raw", "processed"]), default="raw", show_default=True)
+@click.option("--format", "fmt", type=click.Choice(["table", "csv", "json", "parquet"]), default="table",
+              show_default=True, help="parquet writes to --output (or standard output when it is not a terminal).")
+@click.option("--output", "-o", default=None, type=click.Path(dir_okay=False), help="Write here instead of printing.")
+def show(source, week, stage, fmt, output):
+    """Print or export SOURCE's committed rows of a week, as the data repository holds them."""
+    from fleet.publish import read
+
+    sys.exit(read.show(source, resolve_week(week) if week else None, stage, fmt, output))
 
 
 @main.command()

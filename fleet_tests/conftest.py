@@ -17,6 +17,7 @@ import pytest
 from fleet_tests.gitremote import ls_tree, lfs_object, make_remote, pointer_oid, read_blob
 
 ROOT = Path(__file__).resolve().parent.parent
+SOURCE = "_fleet_source"  # fleet's column naming a row's source in the week's files (fleet/storage/provenance.py)
 WEEK = "2026-11-16"
 
 
@@ -40,6 +41,21 @@ def committed_frame(remote: Path, path: str, ref: str = "main") -> pl.DataFrame:
     obj = lfs_object(remote, pointer[0])
     assert obj.exists() and obj.stat().st_size == pointer[1], f"LFS object of {path} missing from the remote"
     return pl.read_parquet(io.BytesIO(obj.read_bytes()))
+
+
+def committed_sources(remote: Path, week: str, stage: str = "raw", ref: str = "main") -> dict[str, pl.DataFrame]:
+    """Each source's file of ``stage`` in the week's folder as committed (``data/<week>/<stage>/<source>.parquet``),
+    every one an LFS pointer whose object is in the remote's LFS store."""
+    folder = f"data/{week}/{stage}/"
+    names = [p for p in ls_tree(remote, ref) if p.startswith(folder) and p.endswith(".parquet")]
+    return {p[len(folder):-len(".parquet")]: committed_frame(remote, p, ref) for p in sorted(names)}
+
+
+def committed_rows(remote: Path, week: str, stage: str = "raw", ref: str = "main") -> pl.DataFrame:
+    """The week's committed files of ``stage`` read together (sources of one shape, as most tests' are), with
+    fleet's ``_fleet_source`` column saying whose each row is; an empty frame when there are none."""
+    frames = list(committed_sources(remote, week, stage, ref).values())
+    return pl.concat(frames, how="diagonal_relaxed") if frames else pl.DataFrame(schema={SOURCE: pl.String})
 
 
 def writable_dir(home: Path, name: str = "counters") -> Path:

@@ -10,7 +10,7 @@ import signal
 import time
 from types import SimpleNamespace
 
-from fleet_tests.conftest import ROOT, WEEK, committed_frame, start_ui, stop_ui, writable_dir
+from fleet_tests.conftest import ROOT, SOURCE, WEEK, committed_rows, start_ui, stop_ui, writable_dir
 from fleet_tests.gitremote import log
 
 
@@ -105,8 +105,8 @@ def test_daemon_run_reexecutes_a_crashed_step_itself_and_the_sensor_publishes(fl
         assert retried == ["raw__crash_once"]
     assert (counters / "crash_once").read_text() == "xx"
     assert len(log(fleet_env.remote)) == before + 2
-    frame = committed_frame(fleet_env.remote, f"data/{WEEK}/raw.parquet")
-    assert sorted(set(frame["source"])) == ["crash_once", "steady"]
+    frame = committed_rows(fleet_env.remote, WEEK)
+    assert sorted(set(frame[SOURCE])) == ["crash_once", "steady"]
 
 
 def test_daemon_sensor_reruns_only_the_step_a_dead_run_left_within_the_budget(fleet_env):
@@ -150,8 +150,8 @@ def test_daemon_sensor_reruns_only_the_step_a_dead_run_left_within_the_budget(fl
         assert refused.startswith("[infra] crash budget exhausted (2 re-executions this week)"), refused
     assert (counters / "raises").read_text() == "x"          # a bug is never re-executed
     assert len(log(fleet_env.remote)) == before + 2
-    frame = committed_frame(fleet_env.remote, f"data/{WEEK}/raw.parquet")
-    assert sorted(set(frame["source"])) == ["steady"]
+    frame = committed_rows(fleet_env.remote, WEEK)
+    assert sorted(set(frame[SOURCE])) == ["steady"]
 
 
 def test_daemon_run_whose_worker_was_killed_is_failed_by_monitoring_and_followed_up(fleet_env):
@@ -208,6 +208,6 @@ def test_daemon_run_whose_worker_was_killed_is_failed_by_monitoring_and_followed
         assert ui_run.run_id not in claimed
     assert (counters / "kills_its_run").read_text() == "xx"
     assert len(log(fleet_env.remote)) == before + 2
-    frame = committed_frame(fleet_env.remote, f"data/{WEEK}/raw.parquet")
-    assert sorted(set(frame["source"])) == ["kills_its_run", "steady"]
-    assert frame.filter(frame["source"] == "kills_its_run").height == 2
+    frame = committed_rows(fleet_env.remote, WEEK)
+    assert sorted(set(frame[SOURCE])) == ["kills_its_run", "steady"]
+    assert frame.filter(frame[SOURCE] == "kills_its_run").height == 2

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from fleet_tests.conftest import ROOT, WEEK, committed_frame, run_fleet, start_ui, writable_dir
+from fleet_tests.conftest import ROOT, SOURCE, WEEK, committed_rows, run_fleet, start_ui, writable_dir
 from fleet_tests.gitremote import log
 
 STEADY_DIR = ROOT / "fleet_tests" / "scrapers_crash"
@@ -50,8 +50,8 @@ def test_kill_9_at_any_point_then_rerun_gives_the_uninterrupted_result(fleet_env
         p.wait()
     res = run_fleet(env, "run", "--week", WEEK, "--force")
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
-    frame = committed_frame(fleet_env.remote, f"data/{WEEK}/raw.parquet")
-    assert sorted(frame.select("source", "id", "week").rows()) == sorted((src, i, __import__("datetime").date(2026, 11, 16))
+    frame = committed_rows(fleet_env.remote, WEEK)
+    assert sorted(frame.select(SOURCE, "id", "week").rows()) == sorted((src, i, __import__("datetime").date(2026, 11, 16))
                                           for src in ("steady", "steady_two") for i in (1, 2, 3))
     subjects = [c["subject"] for c in log(fleet_env.remote) if c["subject"].startswith("fleet:")]
     assert subjects == [f"fleet: processed rows for week {WEEK}", f"fleet: raw rows for week {WEEK}"]

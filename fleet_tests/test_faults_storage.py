@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from fleet_tests.conftest import ROOT, WEEK, committed_frame, writable_dir
+from fleet_tests.conftest import ROOT, SOURCE, WEEK, committed_rows, writable_dir
 from fleet_tests.gitremote import log
 from fleet_tests.s3server import CREDENTIALS, Outage, s3_server
 from fleet_tests.services import Postgres
@@ -154,9 +154,9 @@ def test_a_full_disk_under_fleet_home_fails_the_attempt_as_infra_and_the_week_co
     assert [r["id"] for r in read_spool(spools[0])] == [0, 1]
     assert not list((fleet_env.home / "artifacts").rglob(".*.tmp"))  # no object was left half-written
     assert len(log(fleet_env.remote)) == before + 2
-    frame = committed_frame(fleet_env.remote, f"data/{WEEK}/raw.parquet")
-    assert sorted(set(frame["source"])) == ["fills_disk", "steady"]
-    rows = frame.filter(frame["source"] == "fills_disk").sort("id")
+    frame = committed_rows(fleet_env.remote, WEEK)
+    assert sorted(set(frame[SOURCE])) == ["fills_disk", "steady"]
+    rows = frame.filter(frame[SOURCE] == "fills_disk").sort("id")
     assert rows["id"].to_list() == [0, 1, 2] and len(rows["text"][2]) == 20000
 
 
@@ -254,6 +254,6 @@ def test_the_s3_store_stopped_mid_week_and_started_again_fails_the_attempt_as_in
         assert (counters / "waits").read_text().startswith("xx")  # re-executed
     subjects = [c["subject"] for c in log(fleet_env.remote)[: len(log(fleet_env.remote)) - before]]
     assert subjects == [f"fleet: processed rows for week {WEEK}", f"fleet: raw rows for week {WEEK}"], subjects
-    frame = committed_frame(fleet_env.remote, f"data/{WEEK}/raw.parquet")
-    assert sorted(set(frame["source"])) == ["steady", "waits"]
-    assert sorted(frame.filter(frame["source"] == "waits")["id"].to_list()) == [0, 1, 2]
+    frame = committed_rows(fleet_env.remote, WEEK)
+    assert sorted(set(frame[SOURCE])) == ["steady", "waits"]
+    assert sorted(frame.filter(frame[SOURCE] == "waits")["id"].to_list()) == [0, 1, 2]

@@ -9,7 +9,7 @@ from pathlib import Path
 from fleet.engine.procs import alive
 from fleet.storage import store as keys
 from fleet.storage.store import LocalArtifactStore
-from fleet_tests.conftest import WEEK, committed_frame, run_fleet
+from fleet_tests.conftest import SOURCE, WEEK, committed_rows, run_fleet
 from fleet_tests.gitremote import log
 
 
@@ -51,8 +51,8 @@ def test_a_corrupt_object_in_the_store_is_named_scraped_again_and_never_committe
     again = {n: keys.read_outcome(store, WEEK, n) for n in ("books", "jobs")}
     assert again["books"]["attempt"] != books["attempt"] and again["jobs"]["attempt"] != jobs["attempt"], again
     assert all(o["status"] == "ok" and not o.get("reused") for o in again.values()), again
-    frame = committed_frame(fleet_env.remote, f"data/{WEEK}/raw.parquet")  # reads whole: nothing corrupt went in
-    assert {s: frame.filter(frame["source"] == s).height for s in ("books", "jobs")} == \
+    frame = committed_rows(fleet_env.remote, WEEK)  # reads whole: nothing corrupt went in
+    assert {s: frame.filter(frame[SOURCE] == s).height for s in ("books", "jobs")} == \
         {s: again[s]["rows"] for s in ("books", "jobs")}
 
     # met by consolidation instead (corrupted after its source's step): reported with the line, left out
@@ -95,9 +95,9 @@ def test_a_chromium_that_hangs_at_launch_is_bounded_infra_and_reexecuted(fleet_e
         assert "the browser did not start within 3s" in hung[0]["error"], hung
         assert all(os_[-1]["status"] == "ok" for os_ in tries.values()), tries  # re-executed, and it worked
         assert "recovered from infra failure on attempt 2" in res.stdout, res.stdout
-        frame = committed_frame(fleet_env.remote, f"data/{WEEK}/raw.parquet")
-        assert sorted(set(frame["source"])) == ["books", "jobs"]
-        raw_commits = [c for c in log(fleet_env.remote) if f"data/{WEEK}/raw.parquet" in c["files"]]
+        frame = committed_rows(fleet_env.remote, WEEK)
+        assert sorted(set(frame[SOURCE])) == ["books", "jobs"]
+        raw_commits = [c for c in log(fleet_env.remote) if f"data/{WEEK}/raw/books.parquet" in c["files"]]
         assert len(raw_commits) == 1, raw_commits  # the week commits once
     finally:
         shutil.rmtree(flag, ignore_errors=True)

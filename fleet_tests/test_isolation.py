@@ -4,7 +4,7 @@ import re
 
 from dagster import AssetCheckKey, AssetKey, DagsterInstance
 
-from fleet_tests.conftest import WEEK, committed_frame, run_fleet, writable_dir
+from fleet_tests.conftest import SOURCE, WEEK, committed_rows, run_fleet, writable_dir
 
 HEALTHY = ["books", "catalog", "jobs", "parts", "shops", "stocks"]
 
@@ -19,8 +19,8 @@ def test_faulty_sources_cost_only_themselves(fleet_env):
     out = res.stdout + res.stderr
     assert res.returncode == 1, out[-4000:]
 
-    frame = committed_frame(fleet_env.remote, f"data/{WEEK}/raw.parquet")
-    committed = set(frame["source"])
+    frame = committed_rows(fleet_env.remote, WEEK)
+    committed = set(frame[SOURCE])
     assert committed == set(HEALTHY) | {"flaky_503"}  # empty_feed has no rows; failures are not committed
 
     status = run_fleet(env, "status", "--week", WEEK)

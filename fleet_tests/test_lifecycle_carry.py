@@ -6,7 +6,8 @@ from fleet.demo.newsroom import SCRAPER, Newsroom, scrapers_folder
 from fleet.lifecycle import carry
 from fleet.storage import store as keys
 from fleet.storage.store import LocalArtifactStore
-from fleet_tests.conftest import committed_frame, run_fleet
+from fleet.storage.provenance import STALE_SINCE as STALE
+from fleet_tests.conftest import SOURCE, committed_rows, run_fleet
 from fleet_tests.gitremote import log
 
 WEEKS = ["2026-10-26", "2026-11-02", "2026-11-09", "2026-11-16"]
@@ -23,12 +24,12 @@ def test_quarantined_or_unflagged_sources_are_never_carried(tmp_path):
     _good(store, "2026-11-02", "b")
     missing = {"a": {"status": "quarantined", "category": "quarantined"}, "b": {"status": "failed", "category": "source"}}
     carried, frames = carry.carry(store, "2026-11-09", missing, {"a": 5})
-    assert carried == {} and frames == []
+    assert carried == {} and frames == {}
     carried, frames = carry.carry(store, "2026-11-09", missing, {"a": 5, "b": 5})
     assert carried == {"b": {"from": "2026-11-02", "rows": 2, "status": "failed"}}
-    frame = pl.concat(frames).collect()
-    assert frame["source"].to_list() == ["b", "b"]
-    assert [str(d) for d in frame["stale_since"].to_list()] == ["2026-11-02"] * 2
+    assert list(frames) == ["b"]
+    frame = frames["b"].collect()
+    assert [str(d) for d in frame[STALE].to_list()] == ["2026-11-02"] * 2
 
 
 def test_a_failed_week_carries_the_last_good_rows_for_at_most_n_weeks(fleet_env):
@@ -44,22 +45,22 @@ def test_a_failed_week_carries_the_last_good_rows_for_at_most_n_weeks(fleet_env)
             res = run_fleet(env, "run", "--week", week, "--force")
             assert res.returncode == 1, res.stdout[-2000:] + res.stderr[-3000:]
     messages = {c["subject"]: c["message"] for c in log(fleet_env.remote)}
-    frames = {w: committed_frame(fleet_env.remote, f"data/{w}/raw.parquet") for w in WEEKS}
+    frames = {w: committed_rows(fleet_env.remote, w) for w in WEEKS}
     # the column is always there, null for fresh rows
     for w, frame in frames.items():
-        assert frame.schema["stale_since"] == pl.Date, (w, frame.schema)
-        assert frame.filter(pl.col("source") == "front")["stale_since"].null_count() == 1
-    assert frames[WEEKS[0]].filter(pl.col("source") == "news")["stale_since"].null_count() == 12
+        assert frame.schema[STALE] == pl.Date, (w, frame.schema)
+        assert frame.filter(pl.col(SOURCE) == "front")[STALE].null_count() == 1
+    assert frames[WEEKS[0]].filter(pl.col(SOURCE) == "news")[STALE].null_count() == 12
     for w in WEEKS[1:3]:
-        news = frames[w].filter(pl.col("source") == "news")
-        assert news.height == 12 and [str(d) for d in news["stale_since"].unique()] == [WEEKS[0]]
-        assert news.drop("stale_since").equals(frames[WEEKS[0]].filter(pl.col("source") == "news").drop("stale_since"))
-        assert (f"Sources carried forward, their rows marked stale_since (1): news (12 rows of week {WEEKS[0]})"
+        news = frames[w].filter(pl.col(SOURCE) == "news")
+        assert news.height == 12 and [str(d) for d in news[STALE].unique()] == [WEEKS[0]]
+        assert news.drop(STALE).equals(frames[WEEKS[0]].filter(pl.col(SOURCE) == "news").drop(STALE))
+        assert (f"Sources carried forward, their rows marked _fleet_stale_since (1): news (12 rows of week {WEEKS[0]})"
                 in messages[f"fleet: raw rows for week {w}"])
     # the third failed week in a row is past carry_forward_weeks = 2
-    assert frames[WEEKS[3]].filter(pl.col("source") == "news").height == 0
+    assert frames[WEEKS[3]].filter(pl.col(SOURCE) == "news").height == 0
     assert "carried forward" not in messages[f"fleet: raw rows for week {WEEKS[3]}"]
     assert "Sources missing (1): news (failed, source)" in messages[f"fleet: raw rows for week {WEEKS[3]}"]
     status = run_fleet(env, "status", "--week", WEEKS[2])
-    assert f"carried forward news: 12 rows of week {WEEKS[0]} (stale_since {WEEKS[0]}); this week failed" in status.stdout
+    assert f"carried forward news: 12 rows of week {WEEKS[0]} (_fleet_stale_since {WEEKS[0]}); this week failed" in status.stdout
     assert "carried forward" not in run_fleet(env, "status", "--week", WEEKS[3]).stdout

@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from fleet_tests.conftest import ROOT, WEEK, committed_frame, start_ui, stop_ui
+from fleet_tests.conftest import ROOT, SOURCE, WEEK, committed_rows, start_ui, stop_ui
 from fleet_tests.gitremote import log
 from fleet_tests.services import Postgres
 
@@ -134,6 +134,6 @@ def test_a_run_on_another_host_lives_while_it_beats_and_is_failed_and_followed_u
             pool.stop(there_home / "browser-hosts")
     assert (counters / "kills_its_run").read_text() == "xx"
     assert len(log(fleet_env.remote)) == before + 2
-    frame = committed_frame(fleet_env.remote, f"data/{WEEK}/raw.parquet")
-    assert sorted(set(frame["source"])) == ["kills_its_run", "steady"]
-    assert frame.filter(frame["source"] == "kills_its_run").height == 2
+    frame = committed_rows(fleet_env.remote, WEEK)
+    assert sorted(set(frame[SOURCE])) == ["kills_its_run", "steady"]
+    assert frame.filter(frame[SOURCE] == "kills_its_run").height == 2

@@ -6,7 +6,7 @@ import subprocess
 import sys
 import textwrap
 
-from fleet_tests.conftest import WEEK, committed_frame, run_fleet, stored_outcome, writable_dir
+from fleet_tests.conftest import SOURCE, WEEK, committed_rows, run_fleet, stored_outcome, writable_dir
 from fleet_tests.gitremote import log, make_remote
 
 COUNTED = textwrap.dedent('''
@@ -149,8 +149,8 @@ def test_a_past_week_with_its_rows_stored_is_published_again_without_the_network
     # the rows are the forced scrape's, whichever run publishes them: the commit still says so
     day = _forced_on(fleet_env, "alpha")
     assert f"Forced: sources scraped on {day} for past week {WEEK} (fleet/force=true): alpha, beta" in new[1]["message"]
-    frame = committed_frame(fleet_env.remote, f"data/{WEEK}/raw.parquet")
-    assert sorted(frame["source"].to_list()) == ["alpha", "alpha", "beta", "beta"]
+    frame = committed_rows(fleet_env.remote, WEEK)
+    assert sorted(frame[SOURCE].to_list()) == ["alpha", "alpha", "beta", "beta"]
 
 
 def test_a_forced_past_week_is_scraped_and_its_commit_says_so(fleet_env):

@@ -75,7 +75,8 @@ def test_first_commit_lands_only_the_prefix_as_lfs(bare, tmp_path, caplog):
     res = commit_files(data_repo(bare, tmp_path), {REL: art}, subject=f"raw {WEEK}", body="3 sources",
                        idempotency_key=f"raw:{WEEK}", log=logging.getLogger("fleet.test"))
 
-    assert res == CommitResult(status="committed", sha=res.sha, attempts=1, paths=[f"data/{REL}"])
+    assert res == CommitResult(status="committed", sha=res.sha, attempts=1, paths=[f"data/{REL}"],
+                               lfs_bytes=art.stat().st_size)  # its one new LFS object
     head = gr.log(bare)[0]
     assert head["sha"] == res.sha
     assert head["files"] == ["data/.gitattributes", f"data/{REL}"]

@@ -12,6 +12,7 @@ from fleet.scraping.discovery import discover
 from fleet.engine.runner import EngineSettings, run_source
 from fleet.storage import store as keys
 from fleet.storage.store import LocalArtifactStore
+from fleet.transform import layout
 from fleet_tests.conftest import WEEK, Lines, writable_dir
 
 HEADER = "import asyncio, os, time\nimport polars as pl\nfrom fleet import Scraper\n"
@@ -252,8 +253,8 @@ def test_a_failed_refresh_keeps_the_weeks_good_rows_in_consolidation(home, tmp_p
     assert summary["included"] == {"flips": 2} and summary["missing"] == {}, summary
     assert summary["kept"]["flips"]["status"] == "failed" and "the site changed" in summary["kept"]["flips"]["error"]
     assert summary["kept"]["flips"]["rows_from_attempt"] == good.attempt
-    rows = pl.read_parquet(store.path(WEEK, keys.CONSOLIDATED_KEY))
-    assert rows["source"].to_list() == ["flips", "flips"] and rows["id"].to_list() == [1, 2]
+    rows = pl.read_parquet(store.path(WEEK, layout.store_key("raw", "flips")))
+    assert rows["_fleet_source"].to_list() == ["flips", "flips"] and rows["id"].to_list() == [1, 2]
     # the week's checks count them as the consolidation does: the source is not missing from the week's data
     from fleet.quality.checks import week_checks
     missing = next(c for c in week_checks(store, WEEK, ["flips"]) if c["check"] == "missing")
@@ -271,7 +272,7 @@ def test_consolidation_fsyncs_its_file_before_renaming_it_into_place(tmp_path, m
     monkeypatch.setattr(os, "fsync", lambda fd: calls.append(("fsync", os.readlink(f"/proc/self/fd/{fd}"))) or fsync(fd))
     monkeypatch.setattr(os, "replace", lambda a, b: calls.append(("replace", str(a))) or replace(a, b))
     cons.consolidate(store, WEEK, ["a"])
-    renamed = [c[1] for c in calls if c[0] == "replace" and ".consolidated_raw_rows.parquet." in c[1]]
+    renamed = [c[1] for c in calls if c[0] == "replace" and "/consolidated/.a.parquet." in c[1]]
     assert len(renamed) == 1, calls
     assert calls.index(("fsync", renamed[0])) < calls.index(("replace", renamed[0])), calls
 

@@ -16,7 +16,7 @@ from types import SimpleNamespace
 import polars as pl
 import pytest
 
-from fleet_tests.conftest import ROOT, committed_frame
+from fleet_tests.conftest import ROOT, SOURCE, committed_rows
 from fleet_tests.gitremote import log, make_remote
 from fleet_tests.s3server import CREDENTIALS, s3_server
 from fleet_tests.services import Postgres, Redis, free_port
@@ -279,11 +279,11 @@ def test_a_worker_killed_mid_week_is_detected_and_its_steps_rerun_on_the_other(s
     # every healthy source's rows are committed, once; raw and processed commits land once each
     subjects = [c["subject"] for c in log(remote)[: len(log(remote)) - before]]
     assert subjects == [f"fleet: processed rows for week {week}", f"fleet: raw rows for week {week}"], subjects
-    frame = committed_frame(remote, f"data/{week}/raw.parquet")
+    frame = committed_rows(remote, week)
     counts = dict(frame.group_by("source").len().iter_rows())
     assert set(counts) == {*DEMO, *(f"slow_{i}" for i in range(SLOW))}, counts
     assert all(counts[f"slow_{i}"] == 2 for i in range(SLOW)), counts
-    assert frame.filter(pl.col("source").str.starts_with("slow_")).select("source", "id").is_unique().all()
+    assert frame.filter(pl.col(SOURCE).str.starts_with("slow_")).select("source", "id").is_unique().all()
 
     # `fleet status` says which host ran each source
     status = orchestrator.fleet("status", "--week", week)
@@ -317,8 +317,8 @@ def test_a_restart_of_the_broker_or_the_instance_mid_week_commits_the_week_once(
         assert again.returncode in (0, 1), out + err + out2 + err2
     subjects = [c["subject"] for c in log(remote)[: len(log(remote)) - before]]
     assert subjects == [f"fleet: processed rows for week {week}", f"fleet: raw rows for week {week}"], (subjects, out, err)
-    frame = committed_frame(remote, f"data/{week}/raw.parquet")
-    assert set(frame["source"].unique()) == {*DEMO, *(f"slow_{i}" for i in range(SLOW))}
+    frame = committed_rows(remote, week)
+    assert set(frame[SOURCE].unique()) == {*DEMO, *(f"slow_{i}" for i in range(SLOW))}
     # nothing already scraped was scraped again: each healthy source scraped once over the week's runs (a run the
     # restart failed is followed by one that reuses the stored rows, and its steps succeed again: "reused")
     scraped = {}

@@ -18,8 +18,9 @@ from fleet.engine import outcome
 from fleet.storage import store as keys
 from fleet.storage.frames import encode_row
 from fleet.storage.store import LocalArtifactStore
+from fleet.transform import layout
 from fleet.storage.open import check_store, open_store
-from fleet_tests.conftest import ROOT, WEEK, committed_frame, run_fleet
+from fleet_tests.conftest import ROOT, SOURCE, WEEK, committed_rows, run_fleet
 from fleet_tests.gitremote import log
 from fleet_tests.s3server import CREDENTIALS, s3_server
 from fleet_tests.test_runner import scraper
@@ -179,7 +180,7 @@ def test_a_late_write_of_a_cut_off_attempt_never_replaces_its_reruns_result(kind
         assert store.read_parquet(WEEK, keys.raw_key("late", a))["v"].to_list() == ["late"]  # kept, not counted
     summary = consolidate(host_a, WEEK, ["late"])
     assert summary["included"] == {"late": 2} and summary["kept"] == {}, summary
-    assert host_a.read_parquet(WEEK, keys.CONSOLIDATED_KEY)["v"].to_list() == ["rerun", "rerun"]
+    assert host_a.read_parquet(WEEK, layout.store_key("raw", "late"))["v"].to_list() == ["rerun", "rerun"]
     present = next(c for c in week_checks(host_a, WEEK, ["late"]) if c["check"] == "missing")
     assert present["message"] == "present: 2 rows", present
 
@@ -300,8 +301,8 @@ def test_a_demo_week_with_its_artifacts_in_s3(fleet_env, bucket, s3_endpoint):
     new = log(fleet_env.remote)[: -len(before)]
     assert [c["subject"] for c in new] == [f"fleet: processed rows for week {WEEK}", f"fleet: raw rows for week {WEEK}"]
     from fleet_tests.test_pipeline import DEMO_ROWS
-    frame = committed_frame(fleet_env.remote, f"data/{WEEK}/raw.parquet")
-    assert dict(frame.group_by("source").len().iter_rows()) == DEMO_ROWS
+    frame = committed_rows(fleet_env.remote, WEEK)
+    assert dict(frame.group_by(SOURCE).len().iter_rows()) == DEMO_ROWS
     assert not (fleet_env.home / "artifacts").exists()
 
     fs = s3fs.S3FileSystem(endpoint_url=s3_endpoint, skip_instance_cache=True, use_listings_cache=False)
@@ -309,8 +310,12 @@ def test_a_demo_week_with_its_artifacts_in_s3(fleet_env, bucket, s3_endpoint):
     for name in DEMO_ROWS:
         assert any(p.startswith(f"raw/{name}/") and p.endswith(".parquet") for p in stored), stored
         assert any(p.startswith(f"work/{name}/rows-") for p in stored), stored
-    assert {keys.CONSOLIDATED_KEY, keys.PROCESSED_KEY, keys.commit_key("raw"), keys.commit_key("processed")} <= set(stored)
-    committed = pl.read_parquet(io.BytesIO(fs.cat_file(f"{bucket}/fleet/{WEEK}/{keys.CONSOLIDATED_KEY}")))
+    assert {keys.CONSOLIDATED_META_KEY, keys.PROCESSED_META_KEY, keys.commit_key("raw"),
+            keys.commit_key("processed")} <= set(stored)
+    for name in DEMO_ROWS:
+        assert layout.store_key("raw", name) in stored and layout.store_key("processed", name) in stored, stored
+    committed = pl.concat([pl.read_parquet(io.BytesIO(fs.cat_file(f"{bucket}/fleet/{WEEK}/{layout.store_key('raw', n)}")))
+                           for n in DEMO_ROWS], how="diagonal_relaxed")
     assert committed.height == frame.height
 
     status = run_fleet(env, "status", "--week", WEEK)

@@ -5,7 +5,7 @@ import subprocess
 import sys
 import textwrap
 
-from fleet_tests.conftest import ROOT, WEEK, committed_frame, run_fleet, stored_outcome, writable_dir
+from fleet_tests.conftest import ROOT, SOURCE, WEEK, committed_rows, run_fleet, stored_outcome, writable_dir
 from fleet_tests.gitremote import log
 
 CRASH_DIR = ROOT / "fleet_tests" / "scrapers_crash"
@@ -35,8 +35,8 @@ def test_crashed_sources_are_reexecuted_at_most_n_times_and_bugs_never(fleet_env
     # exactly one week of commits, after the last attempt, including the recovered source
     new = log(fleet_env.remote)[: -len(before)]
     assert [c["subject"].split(" rows")[0] for c in new] == ["fleet: processed", "fleet: raw"]
-    frame = committed_frame(fleet_env.remote, f"data/{WEEK}/raw.parquet")
-    assert sorted(set(frame["source"])) == ["crash_once", "steady"]
+    frame = committed_rows(fleet_env.remote, WEEK)
+    assert sorted(set(frame[SOURCE])) == ["crash_once", "steady"]
     assert "crash_always (failed, infra)" in new[1]["message"] and "raises (failed, source)" in new[1]["message"]
 
     status = run_fleet(env, "status", "--week", WEEK).stdout
@@ -122,8 +122,8 @@ def test_refresh_clears_the_week_once_and_a_crash_re_execution_resumes(fleet_env
     res = run_fleet(env, "run", "--week", WEEK, "--source", "crash_once", "--refresh", "--force")
     assert res.returncode == 0, res.stdout[-4000:] + res.stderr[-4000:]
     assert _runs(counters, "crash_once") == 2  # cleared once (else 1), resumed on the re-execution (else 3)
-    frame = committed_frame(fleet_env.remote, f"data/{WEEK}/raw.parquet")
-    assert frame["source"].to_list() == ["crash_once", "crash_once"]
+    frame = committed_rows(fleet_env.remote, WEEK)
+    assert frame[SOURCE].to_list() == ["crash_once", "crash_once"]
 
 
 RERUN_SCRIPT = textwrap.dedent("""

@@ -9,7 +9,7 @@ import pytest
 from fleet.demo.sites import set_mode
 from fleet.errors import FleetError
 from fleet_tests.trust import demo_env, sites  # noqa: F401 (a fixture)
-from fleet_tests.conftest import WEEK, committed_frame, run_fleet
+from fleet_tests.conftest import SOURCE, WEEK, committed_rows, run_fleet
 from fleet_tests.gitremote import log
 from fleet_tests.test_runner import run, scraper
 
@@ -69,7 +69,7 @@ def test_a_blocked_source_is_alerted_never_reexecuted_and_the_week_goes_on(fleet
     assert line["jobs"][1:3] == ["failed", "blocked"] and line["jobs"][5] == "1", status  # one attempt only
     new = log(fleet_env.remote)[: -len(before)]
     assert "jobs (failed, blocked)" in new[-1]["message"], new[-1]["message"]
-    assert sorted(set(committed_frame(fleet_env.remote, f"data/{WEEK}/raw.parquet")["source"])) == ["books"]
+    assert sorted(set(committed_rows(fleet_env.remote, WEEK)[SOURCE])) == ["books"]
     alerts = [json.loads(l) for l in (fleet_env.home / "alerts" / "alerts.jsonl").read_text().splitlines()]
     blocked = [a for a in alerts if a["source"] == "jobs"]
     assert blocked and all(a["category"] == "blocked" for a in blocked), alerts

@@ -7,7 +7,8 @@ import polars as pl
 from fleet.demo import sites as demo
 from fleet.demo.sites import set_mode
 from fleet.publish.changes import compare
-from fleet_tests.conftest import committed_frame, run_fleet
+from fleet.storage.provenance import FETCHED_AT, SCRAPER_REV
+from fleet_tests.conftest import SOURCE, committed_rows, run_fleet
 from fleet_tests.trust import demo_env
 from fleet_tests.gitremote import log, pointer_oid, read_blob
 
@@ -15,13 +16,30 @@ W1, W2 = "2026-11-09", "2026-11-16"
 
 
 def test_compare_counts_by_natural_key_with_null_keys_and_new_columns():
-    prev = pl.DataFrame({"source": ["s"] * 4, "k": ["a", "b", "c", None], "v": [1, 2, 3, 4],
-                         "fetched_at": [None] * 4})
-    cur = pl.DataFrame({"source": ["s"] * 4, "k": ["a", "b", "d", None], "v": [1, 20, 5, 4], "w": [0] * 4,
-                        "fetched_at": [dt.datetime(2026, 1, 1)] * 4})  # provenance is no change
+    prev = pl.DataFrame({SOURCE: ["s"] * 4, "k": ["a", "b", "c", None], "v": [1, 2, 3, 4],
+                         FETCHED_AT: [None] * 4})
+    cur = pl.DataFrame({SOURCE: ["s"] * 4, "k": ["a", "b", "d", None], "v": [1, 20, 5, 4], "w": [0] * 4,
+                        FETCHED_AT: [dt.datetime(2026, 1, 1)] * 4})  # provenance is no change
     got = compare(prev, cur, ["k"])
     assert (got["added"], got["removed"], got["changed"]) == (1, 1, 1), got  # +d -c ~b
-    assert got["columns_added"] == ["w"] and got["columns_removed"] == []
+    assert got["columns_added"] == ["w"] and got["columns_removed"] == [] and got["columns_retyped"] == {}
+
+
+def test_compare_reports_a_changed_type_and_never_crashes_on_any_dtype():
+    """A new version of a scraper that changes a column's type (even its key's) is a change the summary reports:
+    values compare by their text form, and a type with none (a list) counts its rows as changed."""
+    prev = pl.DataFrame({"sku": [1, 2, 3], "price": [1.5, 2.0, 3.0], "tags": [["a"], ["b"], []],
+                         "source": ["x", "y", "z"], "fetched_at": ["site's", "own", "columns"]})
+    cur = pl.DataFrame({"sku": ["1", "2", "4"], "price": ["1.5", "2.5", "9"], "tags": [["a"], ["b"], ["c"]],
+                        "source": ["x", "y", "w"], "fetched_at": ["site's", "own", "columns"]})
+    got = compare(prev, cur, ["sku"])
+    assert got["columns_retyped"] == {"sku": "Int64 -> String", "price": "Float64 -> String"}, got
+    assert (got["added"], got["removed"], got["changed"]) == (1, 1, 1), got  # +4 -3 ~2 (price 2.0 -> "2.5")
+    relisted = cur.with_columns(pl.col("tags").list.join(","))  # List(String) -> String: no text form before
+    got = compare(prev, relisted, ["sku"])
+    assert got["columns_retyped"]["tags"] == "List(String) -> String" and got["changed"] == 2, got
+    nested = pl.DataFrame({"k": [[1], [2]], "v": [{"a": 1}, {"a": 2}]})
+    assert compare(nested, nested.with_columns(pl.col("v").struct.field("a").alias("v")), ["k"])["changed"] == 2
 
 
 def test_each_commit_says_what_changed_since_the_previous_committed_week(fleet_env):
@@ -53,8 +71,8 @@ def test_each_commit_says_what_changed_since_the_previous_committed_week(fleet_e
     assert f"| jobs | 2 | 35 | 0 | 33 | {jobs_changed} |  |" in text and f"| books | 24 | 24 | 0 | 0 | {moved} |" in text
 
     # provenance reaches the committed raw rows
-    frame = committed_frame(fleet_env.remote, f"data/{W2}/raw.parquet")
-    assert frame["fetched_at"].null_count() == 0 and frame["scraper_rev"].n_unique() == 2
+    frame = committed_rows(fleet_env.remote, W2)
+    assert frame[FETCHED_AT].null_count() == 0 and frame[SCRAPER_REV].n_unique() == 2
 
     # fleet status says what the store holds and what the week's commits added to LFS storage
     status = run_fleet(env, "status", "--week", W2).stdout

@@ -6,7 +6,7 @@ import polars as pl
 from fleet.demo.sites import set_mode
 from fleet.storage import store as keys
 from fleet.storage.store import LocalArtifactStore
-from fleet_tests.conftest import committed_frame, run_fleet
+from fleet_tests.conftest import SOURCE, committed_rows, run_fleet
 from fleet_tests.trust import demo_env
 from fleet_tests.gitremote import log
 
@@ -30,7 +30,7 @@ def test_a_source_failing_a_blocking_check_is_held_and_released(fleet_env):
     assert "Sources held by the quality gate (2;" in raw["message"], raw["message"]
     assert "jobs (2 rows: volume: volume collapse: 2 rows, usual 35)" in raw["message"]
     assert "books (24 rows: coverage: selector rot suspected" in raw["message"]
-    assert set(committed_frame(fleet_env.remote, f"data/{W}/raw.parquet")["source"]) == {"stocks"}
+    assert set(committed_rows(fleet_env.remote, W)[SOURCE]) == {"stocks"}
     # the held rows stay in the artifact store
     store = LocalArtifactStore(fleet_env.home / "artifacts")
     stored = store.read_parquet(W, keys.rows_key(keys.read_outcome(store, W, "jobs")))
@@ -47,9 +47,9 @@ def test_a_source_failing_a_blocking_check_is_held_and_released(fleet_env):
     assert ("Released from the quality gate: jobs (volume: volume collapse: 2 rows, usual 35); "
             "note: the sale ended; 2 jobs is right") in new[1]["message"], new[1]["message"]
     assert "Sources held by the quality gate (1;" in new[1]["message"] and "books (24 rows" in new[1]["message"]
-    frame = committed_frame(fleet_env.remote, f"data/{W}/raw.parquet")
-    assert sorted(set(frame["source"])) == ["jobs", "stocks"]
-    assert frame.filter(pl.col("source") == "jobs").height == 2
+    frame = committed_rows(fleet_env.remote, W)
+    assert sorted(set(frame[SOURCE])) == ["jobs", "stocks"]
+    assert frame.filter(pl.col(SOURCE) == "jobs").height == 2
 
     # a rerun of the week keeps the release (same rows) and commits nothing new
     n = len(log(fleet_env.remote))

@@ -18,7 +18,7 @@ from fleet.scraping.discovery import discover
 from fleet.engine.runner import EngineSettings, run_source
 from fleet.storage import store as keys
 from fleet.storage.store import LocalArtifactStore
-from fleet_tests.conftest import ROOT, WEEK, run_fleet
+from fleet_tests.conftest import SOURCE, ROOT, WEEK, committed_rows, run_fleet
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the user switch is for fleet running as root")
 
@@ -244,7 +244,7 @@ def test_a_week_under_a_0700_folder_scrapes_only_inside_the_sandbox(tmp_path):
     forkserver and the steps, and its scrape) is never run as root; the week is committed (by root, with the token
     the attempt processes never saw); the 0700 folder keeps its mode."""
     from fleet_tests.gitremote import make_remote
-    from fleet_tests.conftest import committed_frame
+    from fleet_tests.conftest import SOURCE, committed_rows
 
     top = Path(tempfile.mkdtemp(prefix="fleet-0700-"))
     try:
@@ -274,7 +274,7 @@ def test_a_week_under_a_0700_folder_scrapes_only_inside_the_sandbox(tmp_path):
         assert not [p for p in seen if 0 in p["uids"]], seen
         assert not [p for p in seen if p["no_sandbox"]], seen
         assert top.stat().st_mode & 0o777 == 0o700  # no mode of the operator's was changed
-        assert sorted(set(committed_frame(remote, f"data/{WEEK}/raw.parquet")["source"])) == ["books", "jobs", "spy"]
+        assert sorted(set(committed_rows(remote, WEEK)[SOURCE])) == ["books", "jobs", "spy"]
         assert _uids_noted(top / "home") == {"module": {65534}, "class": {65534}, "scrape": {65534}}
     finally:
         pool.stop(top / "home" / "browser-hosts")

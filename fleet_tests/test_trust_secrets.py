@@ -10,7 +10,7 @@ import uuid
 import pytest
 
 from fleet.errors import FleetError
-from fleet_tests.conftest import ROOT, WEEK, committed_frame
+from fleet_tests.conftest import SOURCE, ROOT, WEEK, committed_rows
 
 ATTEMPT_SIDE = (b"fleet.engine.host", b"fleet.engine.attempt", b"chrom", b"headless", b"node")
 
@@ -66,7 +66,7 @@ def test_the_token_is_in_no_process_of_a_week_and_attempts_and_git_get_no_store_
     sampler.stop.set()
     sampler.join()
     assert proc.returncode == 0, out[-2000:] + err[-3000:]
-    assert sorted(set(committed_frame(fleet_env.remote, f"data/{WEEK}/raw.parquet")["source"])) == ["books"]
+    assert sorted(set(committed_rows(fleet_env.remote, WEEK)[SOURCE])) == ["books"]
     seen = sampler.seen
     steps = [cmd for (_, cmd), found in seen.items() if b"multiprocessing" in cmd or b"dagster" in cmd]
     attempt_side = [(cmd, found) for (_, cmd), found in seen.items() if any(m in cmd for m in ATTEMPT_SIDE)]

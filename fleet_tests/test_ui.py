@@ -21,7 +21,7 @@ import pytest
 
 from fleet.weeks import last_complete_week, parse_week
 from fleet_tests import ui_selectors as ui
-from fleet_tests.conftest import ROOT, committed_frame, run_fleet, start_ui, stop_ui
+from fleet_tests.conftest import ROOT, SOURCE, committed_rows, run_fleet, start_ui, stop_ui
 from fleet_tests.gitremote import log, make_remote
 
 
@@ -289,9 +289,9 @@ def test_materialize_all_from_the_ui_reaches_both_commits(site, fault_week):
     subjects = commit_subjects(site)
     assert f"fleet: raw rows for week {FAULT_WEEK}" in subjects
     assert f"fleet: processed rows for week {FAULT_WEEK}" in subjects
-    frame = committed_frame(site.remote, f"data/{FAULT_WEEK}/raw.parquet")
-    assert sorted(set(frame["source"])) == ["books", "stocks"]
-    assert committed_frame(site.remote, f"data/{FAULT_WEEK}/processed.parquet").height > 0
+    frame = committed_rows(site.remote, FAULT_WEEK)
+    assert sorted(set(frame[SOURCE])) == ["books", "stocks"]
+    assert committed_rows(site.remote, FAULT_WEEK, "processed").height > 0
     message = next(c["message"] for c in log(site.remote) if c["subject"] == f"fleet: raw rows for week {FAULT_WEEK}")
     for name in FAILING:
         assert name in message.split("Sources missing")[1], message

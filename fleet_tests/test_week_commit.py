@@ -2,7 +2,7 @@
 GitHub-like hook: what its record says after a refusal, and a processed file older than its raw rows."""
 from __future__ import annotations
 
-import time
+import uuid
 
 import polars as pl
 import pytest
@@ -13,6 +13,7 @@ from fleet.publish import DataRepo
 from fleet.publish.week import commit_stage, describe
 from fleet.storage import store as keys
 from fleet.storage.store import LocalArtifactStore
+from fleet.transform import layout
 from fleet_tests import gitremote as gr
 
 WEEK = "2026-11-16"
@@ -28,9 +29,23 @@ def week_env(tmp_path, monkeypatch):
     return DataRepo.from_settings(s), store, remote
 
 
-def _consolidated(store, rows: int) -> None:
-    store.write_parquet(WEEK, keys.CONSOLIDATED_KEY, pl.DataFrame({"source": ["a"] * rows, "v": list(range(rows))}))
-    store.write_json(WEEK, keys.CONSOLIDATED_META_KEY, {"week": WEEK, "included": {"a": rows}, "missing": {}, "rows": rows})
+def _consolidated(store, frames: dict[str, pl.DataFrame] | int, **summary) -> str:
+    """A consolidated week as consolidation stores it: a file per source, and the summary that lists them."""
+    if isinstance(frames, int):
+        frames = {"a": pl.DataFrame({"v": list(range(frames))})}
+    files = {name: layout.store_key("raw", name) for name in frames}
+    for name, frame in frames.items():
+        store.write_parquet(WEEK, files[name], frame)
+    made = uuid.uuid4().hex
+    store.write_json(WEEK, keys.CONSOLIDATED_META_KEY, {
+        "week": WEEK, "included": {n: f.height for n, f in frames.items()}, "missing": {},
+        "rows": sum(f.height for f in frames.values()), "files": files, "made": made, **summary})
+    return made
+
+
+def _processed(store, frame: pl.DataFrame, made: str) -> None:
+    store.write_parquet(WEEK, layout.store_key("processed", "a"), frame)
+    store.write_json(WEEK, keys.PROCESSED_META_KEY, {"files": {"a": layout.store_key("processed", "a")}, "from": made})
 
 
 def test_a_refused_commit_is_recorded_as_failed_with_the_last_landed_commit(week_env):
@@ -58,25 +73,21 @@ def test_a_refused_commit_is_recorded_as_failed_with_the_last_landed_commit(week
 
 def test_processed_rows_older_than_the_raw_rows_are_not_committed(week_env):
     s, store, remote = week_env
-    _consolidated(store, 3)
-    store.write_parquet(WEEK, keys.PROCESSED_KEY, pl.DataFrame({"source": ["a"] * 3, "v": [0, 1, 2]}))
-    time.sleep(0.05)
-    _consolidated(store, 4)  # consolidated again; post-processing did not follow (killed, or failed)
+    _processed(store, pl.DataFrame({"v": [0, 1, 2]}), _consolidated(store, 3))
+    made = _consolidated(store, 4)  # consolidated again; post-processing did not follow (killed, or failed)
     before = gr.log(remote)
     with pytest.raises(FleetError, match=r"older than its consolidated raw rows.*fleet reprocess --week 2026-11-16"):
         commit_stage(s, store, WEEK, "processed", run_id="r1")
     assert gr.log(remote) == before
     # made again after the consolidation: committed
-    store.write_parquet(WEEK, keys.PROCESSED_KEY, pl.DataFrame({"source": ["a"] * 4, "v": [0, 1, 2, 3]}))
+    _processed(store, pl.DataFrame({"v": [0, 1, 2, 3]}), made)
     assert commit_stage(s, store, WEEK, "processed", run_id="r2").status == "committed"
 
 
 def test_the_commit_message_names_sources_kept_from_an_earlier_attempt(week_env):
     s, store, remote = week_env
-    store.write_parquet(WEEK, keys.CONSOLIDATED_KEY, pl.DataFrame({"source": ["a", "b"], "v": [1, 2]}))
-    store.write_json(WEEK, keys.CONSOLIDATED_META_KEY, {
-        "week": WEEK, "included": {"a": 1, "b": 1}, "rows": 2, "missing": {},
-        "kept": {"b": {"status": "failed", "category": "source", "error": "the site changed"}}})
+    _consolidated(store, {"a": pl.DataFrame({"v": [1]}), "b": pl.DataFrame({"v": [2]})},
+                  kept={"b": {"status": "failed", "category": "source", "error": "the site changed"}})
     commit_stage(s, store, WEEK, "raw", run_id="r1")
     message = gr.log(remote)[0]["message"]
     assert "Sources included (2): a (1 rows), b (1 rows)" in message
@@ -84,18 +95,17 @@ def test_the_commit_message_names_sources_kept_from_an_earlier_attempt(week_env)
 
 
 def test_post_processing_the_same_rows_twice_gives_the_same_file(week_env, tmp_path):
-    """A stable sort by source: rows keep their order within a source, so the file's bytes (what the commit
-    compares) do not change from run to run. With an unstable sort, 200k rows a source gave two different files
-    in three runs."""
+    """Rows keep their order within a source, so the files' bytes (what the commit compares) do not change from
+    run to run. (With the one-file layout's unstable sort, 200k rows a source gave two different files in three
+    runs.)"""
     from fleet.transform.postprocess import post_process
 
     s, store, remote = week_env
     n = 200_000
-    frame = pl.DataFrame({"source": ["b"] * n + ["a"] * n, "v": list(range(2 * n)),
-                          "title": [f" t {i % 977} " for i in range(2 * n)]})
-    store.write_parquet(WEEK, keys.CONSOLIDATED_KEY, frame)
+    frame = pl.DataFrame({"v": list(range(2 * n)), "title": [f" t {i % 977} " for i in range(2 * n)]})
+    _consolidated(store, {"a": frame[n:], "b": frame[:n]})
     outputs = set()
     for _ in range(3):
         post_process(store, WEEK)
-        outputs.add(store.path(WEEK, keys.PROCESSED_KEY).read_bytes())
+        outputs.add(b"".join(store.path(WEEK, layout.store_key("processed", n)).read_bytes() for n in "ab"))
     assert len(outputs) == 1

@@ -26,6 +26,7 @@ from fleet.engine import outcome as scrape_outcome
 from fleet.scraping.discovery import Source
 from fleet.engine.runner import run_source
 from fleet.storage import faults
+from fleet.storage import provenance
 from fleet.storage import store as keys
 from fleet.transform.consolidate import consolidate
 from fleet.transform.postprocess import post_process
@@ -73,7 +74,8 @@ checks_key = qc.checks_key
 def run_source_checks(source: Source, week: str, store, attempt: str) -> list:
     """Evaluate the source's checks on the rows ``attempt`` stored, against its own history; store the results
     for alerting."""
-    frame = store.read_parquet(week, keys.raw_key(source.name, attempt))
+    # rows stored before fleet's columns had their namespace are read under today's names (reused by a rerun)
+    frame = provenance.upgrade_raw(store.read_parquet(week, keys.raw_key(source.name, attempt)))
     outcomes = qc.source_checks(source.name, source.schema, frame, qc.history(store, source.name, week),
                                 warn_ratio=source.volume_warn_ratio, error_ratio=source.volume_error_ratio, week=week)
     if frame.height == 0:
@@ -335,7 +337,7 @@ def publish_assets(sources: list[Source], partitions_def):
     @asset(partitions_def=partitions_def, deps=raw_keys, group_name=PUBLISH_GROUP, kinds={"polars", "parquet"})
     def consolidated_raw_rows(context: AssetExecutionContext, artifacts: ArtifactStore,
                               alerts: Alerts) -> MaterializeResult:
-        """All sources' rows for the week in one parquet file with a `source` column: whatever succeeded this week."""
+        """Whatever succeeded this week, each source in a parquet file of its own, with its own columns and types."""
         week = context.partition_key
         store = artifacts.store()
         released = gate.parse_release(context.run.tags.get(gate.RELEASE_TAG))
@@ -366,20 +368,24 @@ def publish_assets(sources: list[Source], partitions_def):
         from fleet.publish.week import commit_stage
 
         week = context.partition_key
+        from fleet.publish.week import DROP_TAG, parse_drop
+
         result = commit_stage(data_repo.data_repo(), artifacts.store(), week, stage, run_id=context.run_id,
-                              log=context.log)
+                              drop=parse_drop(context.run.tags.get(DROP_TAG)), log=context.log)
         context.log.info(f"[run {context.run_id}] {stage} commit for week {week}: {result.status} {result.sha}")
         return MaterializeResult(metadata={"commit": result.sha or "-", "status": result.status, "attempts": result.attempts})
 
     @asset(partitions_def=partitions_def, deps=[consolidated_raw_rows], group_name=PUBLISH_GROUP, kinds={"git"})
     def raw_commit(context: AssetExecutionContext, data_repo: DataRepository,
                    artifacts: ArtifactStore) -> MaterializeResult:
-        """The week's consolidated raw rows committed to the data repository, before post-processing starts."""
+        """The week's consolidated raw rows committed to the data repository (a file per source), before
+        post-processing starts; sources the week's folder holds and this run does not are kept."""
         return _commit(context, "raw", data_repo, artifacts)
 
     @asset(partitions_def=partitions_def, deps=[raw_commit], group_name=PUBLISH_GROUP, kinds={"polars", "parquet"})
     def post_processed(context: AssetExecutionContext, artifacts: ArtifactStore) -> MaterializeResult:
-        """Expensive post-processing of the stored raw rows: normalisation, dedup across sources, derived columns."""
+        """Expensive post-processing of the stored raw rows, per source in its own types: normalisation, dedup
+        across sources of one shape, derived columns."""
         rows = post_process(artifacts.store(), context.partition_key)
         return MaterializeResult(metadata={"dagster/row_count": rows})
 

@@ -29,6 +29,7 @@ def report(instance, store, week: str, names: list[str], publish_run, echo, sele
 
     from fleet import records
     from fleet.policy.status import week_status
+    from fleet.publish import message
     from fleet.storage import store as keys
 
     rows = week_status(instance, store, week, names)
@@ -46,6 +47,8 @@ def report(instance, store, week: str, names: list[str], publish_run, echo, sele
         rec = store.read_json(week, keys.commit_key(stage))
         if f"{stage}_commit" in steps_ok and rec:
             echo(f"commit {stage:<9} {rec['status']:<10} {rec['sha']}")
+            for line in message.folder_lines(rec):  # what the week's folder keeps that this run did not write
+                echo(f"  {line}")
     print_alerts(week, echo, run_ids=run_ids)
     held = (store.read_json(week, keys.CONSOLIDATED_META_KEY) or {}).get("held") or {}
     for name, why in sorted(held.items()):
@@ -167,7 +170,7 @@ def print_lifecycle(store, week: str, echo=click.echo) -> None:
     from fleet.storage import store as keys
 
     for name, c in sorted(((store.read_json(week, keys.CONSOLIDATED_META_KEY) or {}).get("carried") or {}).items()):
-        echo(f"carried forward {name}: {c['rows']} rows of week {c['from']} (stale_since {c['from']}); this week {c['status']}")
+        echo(f"carried forward {name}: {c['rows']} rows of week {c['from']} (_fleet_stale_since {c['from']}); this week {c['status']}")
     for q in quarantine.current(store, discover(scraper_dirs())):
         echo(f"quarantined {q.source}: {q.describe()}")
 

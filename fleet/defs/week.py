@@ -239,9 +239,9 @@ def reprocess_week(week: str, echo=click.echo) -> int:
 
     from fleet.policy import taxonomy as tx
     from fleet.storage import store as keys
+    from fleet.transform.postprocess import consolidated
 
-    if not host_store().exists(week, keys.CONSOLIDATED_KEY):
-        raise FleetError(f"week {week} has no stored raw rows to reprocess; run it first")
+    consolidated(host_store(), week)  # one line when the week has no consolidated rows (of this layout)
     result = _publish(week, {tx.TAG_KIND: "reprocess"}, echo,
                       asset_selection=[AssetKey("post_processed"), AssetKey("processed_commit")])
     rec = host_store().read_json(week, keys.commit_key("processed"))
@@ -271,16 +271,22 @@ def release_week(week: str, sources: tuple[str, ...], note: str, echo=click.echo
     return EXIT_OK
 
 
-def commit_week(week: str, stage: str | None, echo=click.echo) -> int:
-    """Only the commit of ``week`` again, from its stored artifacts (each stored stage, or ``stage``)."""
+def commit_week(week: str, stage: str | None, drop: tuple[str, ...] = (), echo=click.echo) -> int:
+    """Only the commit of ``week`` again, from its stored artifacts (each stored stage, or ``stage``); ``drop``
+    removes those sources' files from the week's folder on the branch."""
     from fleet.defs import definitions as d
-    from fleet.publish.week import STAGE_FILES, commit_stage
+    from fleet.publish import message
+    from fleet.publish.week import STAGES, commit_stage
+    from fleet.storage import store as keys
+    from fleet.transform import layout
 
     store = host_store()
-    stages = [stage] if stage else [st for st, (key, _) in STAGE_FILES.items() if store.exists(week, key)]
+    stages = [stage] if stage else [st for st in STAGES if layout.files(store, week, st) is not None]
     if not stages:
-        raise FleetError(f"week {week} has no stored artifacts to commit")
+        raise FleetError(f"week {week} has no stored artifacts to commit; run it first (`fleet run --week {week}`)")
     for st in stages:
-        res = commit_stage(d.defs.resources["data_repo"].data_repo(), store, week, st, run_id="cli-commit")
+        res = commit_stage(d.defs.resources["data_repo"].data_repo(), store, week, st, run_id="cli-commit", drop=drop)
         echo(f"commit {st:<9} {res.status:<10} {res.sha}")
+        for line in message.folder_lines(store.read_json(week, keys.commit_key(st)) or {}):
+            echo(f"  {line}")
     return EXIT_OK

@@ -31,7 +31,8 @@ def week_status(instance, store: ArtifactStore, week: str, sources: list[str]) -
     history: dict[str, list[tx.StepOutcome]] = {s: [] for s in sources}
     for run in week_runs(instance, week):
         for src, outcome in tx.run_outcomes(instance, run, store).items():
-            history.setdefault(src, []).append(outcome)
+            if src in history:  # a source an earlier run of the week had and this code does not: not this table's
+                history[src].append(outcome)
     out = []
     for src in sorted(history):
         steps = history[src]

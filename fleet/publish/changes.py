@@ -8,10 +8,9 @@ import polars as pl
 from fleet.storage import provenance
 from fleet.storage import store as keys
 from fleet.storage.store import ArtifactStore
+from fleet.transform import layout
 
-STAGE_KEYS = {"raw": keys.CONSOLIDATED_KEY, "processed": keys.PROCESSED_KEY}
 LANDED = ("committed", "up_to_date")
-NOT_DATA = ("source", "week", "row_id", *provenance.COLUMNS)  # fleet's columns: not what a source reported
 MESSAGE_SOURCES = 12  # sources listed in a commit message; the rest are in CHANGES.md
 MD_KEY = "CHANGES.md"
 
@@ -21,12 +20,13 @@ def changes_key(stage: str) -> str:
 
 
 def previous_committed_week(store: ArtifactStore, week: str, stage: str) -> str | None:
-    """The newest week before ``week`` whose ``stage`` commit landed and whose artifact is still stored."""
+    """The newest week before ``week`` whose ``stage`` commit landed and whose artifacts are still stored."""
     for w in reversed(store.weeks()):
         if w >= week:
             continue
         rec = store.read_json(w, keys.commit_key(stage)) or {}
-        if (rec.get("status") in LANDED or rec.get("last_landed")) and store.exists(w, STAGE_KEYS[stage]):
+        if (rec.get("status") in LANDED or rec.get("last_landed")) and (
+                layout.files(store, w, stage) is not None or store.exists(w, layout.LEGACY_KEY[stage])):
             return w
     return None
 
@@ -40,53 +40,90 @@ def _source_keys(store: ArtifactStore, week: str, names) -> dict[str, list[str]]
     return out
 
 
-def _frame(store: ArtifactStore, week: str, stage: str) -> pl.DataFrame:
-    return store.read_parquet(week, STAGE_KEYS[stage])
+def _has_text(dtype: pl.DataType) -> bool:
+    """Whether a value of ``dtype`` has one text form to compare by: a scalar's (a nested value has none: polars
+    casts a struct field by field, and a list not at all)."""
+    return not dtype.is_nested() and dtype not in (pl.Object, pl.Binary)
+
+
+def _comparable(frame: pl.DataFrame, col: str, other: pl.DataType) -> pl.Expr | None:
+    """``col`` as text, to compare it with a column of another type (a new version of the scraper), or None
+    when one of the two types has no text form."""
+    if not (_has_text(frame.schema[col]) and _has_text(other)):
+        return None
+    return pl.col(col).cast(pl.String, strict=False)
+
+
+def _hashes(frame: pl.DataFrame, exprs: list[pl.Expr], name: str) -> pl.Series:
+    return frame.select(pl.struct(exprs).hash(seed=0).alias(name))[name] if exprs else pl.Series(name, [0] * frame.height, dtype=pl.UInt64)
 
 
 def compare(prev: pl.DataFrame, cur: pl.DataFrame, key: list[str] | None) -> dict:
-    """Rows added, removed and changed (same key, other values) of one source's two weeks."""
-    prev_cols = [c for c in prev.columns if c not in NOT_DATA]
-    cur_cols = [c for c in cur.columns if c not in NOT_DATA]
+    """Rows added, removed and changed (same key, other values) of one source's two weeks, whatever their types:
+    a column whose type changed is reported under ``columns_retyped`` and compared by its text form (a value
+    whose type has none, a list, counts as changed), never a crash."""
+    prev_cols = [c for c in prev.columns if not provenance.is_fleet_column(c)]
+    cur_cols = [c for c in cur.columns if not provenance.is_fleet_column(c)]
     common = [c for c in cur_cols if c in prev_cols]
-    key = [c for c in (key or common) if c in common] or common
+    retyped = {c: f"{prev.schema[c]} -> {cur.schema[c]}" for c in common if prev.schema[c] != cur.schema[c]}
     out = {"rows": cur.height, "previous_rows": prev.height,
            "columns_added": [c for c in cur_cols if c not in prev_cols],
-           "columns_removed": [c for c in prev_cols if c not in cur_cols]}
-    if not key:
+           "columns_removed": [c for c in prev_cols if c not in cur_cols], "columns_retyped": retyped}
+
+    def exprs(cols):  # (prev's, cur's) expressions of ``cols``, None where a retyped one cannot be compared
+        p, c = [], []
+        for col in cols:
+            if col not in retyped:
+                p.append(pl.col(col)), c.append(pl.col(col))
+                continue
+            pe, ce = _comparable(prev, col, cur.schema[col]), _comparable(cur, col, prev.schema[col])
+            if pe is None or ce is None:
+                return None
+            p.append(pe), c.append(ce)
+        return p, c
+
+    key = [c for c in (key or common) if c in common] or common
+    by_key = exprs(key) if key else None
+    if by_key is None:
         return {**out, "added": cur.height, "removed": prev.height, "changed": 0}
-    p = prev.select(common).unique(subset=key, keep="last")
-    c = cur.select(common).unique(subset=key, keep="last")
-    out["added"] = c.join(p, on=key, how="anti", nulls_equal=True).height
-    out["removed"] = p.join(c, on=key, how="anti", nulls_equal=True).height
+    p = prev.with_columns(_hashes(prev, by_key[0], "__key")).unique(subset="__key", keep="last")
+    c = cur.with_columns(_hashes(cur, by_key[1], "__key")).unique(subset="__key", keep="last")
+    out["added"] = int((~c["__key"].is_in(p["__key"].implode())).sum())
+    out["removed"] = int((~p["__key"].is_in(c["__key"].implode())).sum())
     values = [col for col in common if col not in key]
-    if values:
-        both = c.join(p, on=key, how="inner", nulls_equal=True, suffix="__prev")
-        differs = pl.any_horizontal([pl.col(v).ne_missing(pl.col(f"{v}__prev")) for v in values])
-        out["changed"] = both.filter(differs).height
-    else:
+    by_value = exprs(values)
+    both = c.select("__key").join(p.select("__key"), on="__key", how="inner")
+    if not values:
         out["changed"] = 0
+    elif by_value is None:  # a retyped column with no text form: every row seen both weeks changed
+        out["changed"] = both.height
+    else:
+        pv = p.select("__key", _hashes(p, by_value[0], "__value"))
+        cv = c.select("__key", _hashes(c, by_value[1], "__value"))
+        joined = cv.join(pv, on="__key", how="inner", suffix="__prev")
+        out["changed"] = joined.filter(pl.col("__value") != pl.col("__value__prev")).height
     return out
 
 
 def summarise(store: ArtifactStore, week: str, stage: str) -> dict:
     """The stage's change summary for ``week`` (stored at ``changes/<stage>.json``): the previous committed week and,
-    per source in either week, its figures; a source new this week has no previous rows, one gone has no rows."""
+    per source this week, its figures against that week's file of the same source; a source new this week has no
+    previous rows. Sources the previous week had and this week's files do not are listed under ``absent`` (they
+    may still be on main: a narrower run keeps them; fleet/publish/week.py)."""
     previous = previous_committed_week(store, week, stage)
-    cur = _frame(store, week, stage)
-    prev = _frame(store, previous, stage) if previous else None
-    names = sorted(set(cur["source"].unique()) | (set(prev["source"].unique()) if prev is not None else set()))
-    source_keys = _source_keys(store, week, names)
+    cur = layout.frames(store, week, stage) or {}
+    prev = (layout.frames(store, previous, stage) or {}) if previous else {}
+    source_keys = _source_keys(store, week, cur)
     sources = {}
-    for name in names:
-        now = cur.filter(pl.col("source") == name)
-        if prev is None:
+    for name, lf in cur.items():
+        now = lf.collect()
+        if name not in prev:
             sources[name] = {"rows": now.height, "previous_rows": None, "added": now.height, "removed": 0,
-                             "changed": 0, "columns_added": [], "columns_removed": []}
+                             "changed": 0, "columns_added": [], "columns_removed": [], "columns_retyped": {}}
             continue
-        before = prev.filter(pl.col("source") == name)
-        sources[name] = compare(before, now, source_keys.get(name))
-    summary = {"week": week, "stage": stage, "previous_week": previous, "sources": sources}
+        sources[name] = compare(prev[name].collect(), now, source_keys.get(name))
+    summary = {"week": week, "stage": stage, "previous_week": previous, "sources": sources,
+               "absent": sorted(set(prev) - set(cur))}
     store.write_json(week, changes_key(stage), summary)
     return summary
 
@@ -103,8 +140,12 @@ def message_lines(summary: dict) -> list[str]:
     shown = [f"{n} {_figures(sources[n])}" for n in moved[:MESSAGE_SOURCES]]
     more = f", and {len(moved) - MESSAGE_SOURCES} more" if len(moved) > MESSAGE_SOURCES else ""
     against = f"against week {prev}" if prev else "with no previous committed week"
-    return [f"Changes {against} (+added -removed ~changed by natural key, all in CHANGES.md): "
-            + (", ".join(shown) or "no rows") + more]
+    lines = [f"Changes {against} (+added -removed ~changed by natural key, all in CHANGES.md): "
+             + (", ".join(shown) or "no rows") + more]
+    retyped = [f"{n}.{c} {t}" for n in sorted(sources) for c, t in sorted((sources[n].get("columns_retyped") or {}).items())]
+    if retyped:
+        lines.append(f"Columns whose type changed ({len(retyped)}): {', '.join(retyped)}")
+    return lines
 
 
 def render(week: str, summaries: list[dict]) -> str:
@@ -118,7 +159,8 @@ def render(week: str, summaries: list[dict]) -> str:
                   "| source | rows | previous | added | removed | changed | columns |",
                   "|---|---:|---:|---:|---:|---:|---|"]
         for name, f in sorted(s["sources"].items()):
-            cols = ", ".join([f"+{c}" for c in f.get("columns_added", [])] + [f"-{c}" for c in f.get("columns_removed", [])])
+            cols = ", ".join([f"+{c}" for c in f.get("columns_added", [])] + [f"-{c}" for c in f.get("columns_removed", [])]
+                             + [f"{c}: {t}" for c, t in sorted((f.get("columns_retyped") or {}).items())])
             prev_rows = "-" if f.get("previous_rows") is None else f["previous_rows"]
             lines.append(f"| {name} | {f['rows']} | {prev_rows} | {f['added']} | {f['removed']} | {f['changed']} | {cols} |")
         lines.append("")

@@ -180,6 +180,30 @@ class WorkingClone:
                                 "refusing to commit")
         return changed
 
+    def unstage(self, repo: git.Repo, paths: list[str]) -> list[str]:
+        """Delete ``paths`` from the checkout and the index (an operator's drop); returns those it held."""
+        if not paths:
+            return []
+        held = [p for p in repo.git.ls_files("-z", "--", *paths).split("\0") if p]
+        if held:
+            repo.git.rm("-q", "--", *held)
+        return held
+
+    @staticmethod
+    def listing(repo: git.Repo, base: str | None, folder: str) -> dict[str, str]:
+        """What ``base`` holds under ``folder``: path -> the commit that last changed it (one ``git log``)."""
+        if base is None:
+            return {}
+        out: dict[str, str] = {}
+        commit = None
+        for line in repo.git.log("--format=%x00%H", "--name-only", "--no-renames", base, "--", folder).splitlines():
+            if line.startswith("\0"):
+                commit = line[1:]
+            elif line and commit and line not in out:
+                out[line] = commit
+        present = set(repo.git.ls_tree("-r", "--name-only", base, "--", folder).splitlines())
+        return {path: sha for path, sha in sorted(out.items()) if path in present}
+
     def verify_staged(self, repo: git.Repo, restored: list[Artifact]) -> list[Artifact]:
         """Every file is staged as an LFS pointer of its snapshot's size (parquet always; other files when
         LFS-tracked, else with the snapshot's size); return the artifacts with the oid git-lfs computed (fleet

@@ -49,7 +49,7 @@ def for_week(week: str, stage: str, run_id: str, summary: dict) -> tuple[str, st
         lines.append(f"Sources quarantined, not scraped ({len(quarantined)}): {', '.join(sorted(quarantined))}")
     carried = summary.get("carried") or {}
     if carried:
-        lines.append(f"Sources carried forward, their rows marked stale_since ({len(carried)}): "
+        lines.append(f"Sources carried forward, their rows marked _fleet_stale_since ({len(carried)}): "
                      + ", ".join(f"{k} ({v['rows']} rows of week {v['from']})" for k, v in sorted(carried.items())))
     held, released = summary.get("held") or {}, summary.get("released") or {}
     if held:
@@ -70,3 +70,25 @@ def _outcomes(sources: dict[str, dict]) -> str:
     return ", ".join(f"{k} ({v.get('status')}"
                      f"{', ' + v['category'] if v.get('category') and v['category'] != v.get('status') else ''})"
                      for k, v in sorted(sources.items()))
+
+
+def folder_lines(sources: dict) -> list[str]:
+    """What a stage's commit does to the week's folder on the branch
+    (fleet/publish/week.py ``sort_sources``): the sources it adds, writes again, keeps without writing them (and
+    which commit wrote them), drops as the operator named them, and an older layout's file left in place."""
+    lines = []
+    if sources.get("added"):
+        lines.append(f"Sources new in this week's folder ({len(sources['added'])}): {', '.join(sources['added'])}")
+    if sources.get("updated"):
+        lines.append(f"Sources written again ({len(sources['updated'])}): {', '.join(sources['updated'])}")
+    kept = sources.get("kept") or {}
+    if kept:
+        lines.append(f"Sources kept as committed, not in this run ({len(kept)}): "
+                     + ", ".join(f"{n} (from commit {sha[:12]})" for n, sha in sorted(kept.items())))
+    if sources.get("dropped"):
+        lines.append(f"Sources dropped by the operator (fleet/drop) ({len(sources['dropped'])}): "
+                     + ", ".join(sources["dropped"]))
+    for path in sources.get("legacy") or []:
+        lines.append(f"{path} (an older fleet's one-file layout of this week) is left as it was; the per-source "
+                     f"files supersede it")
+    return lines

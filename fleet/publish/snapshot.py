@@ -49,6 +49,15 @@ class Artifact:
     lfs: bool = False           # staged as an LFS pointer (its object must reach the remote's LFS store)
 
 
+def relative(rel: str, say: Say) -> str:
+    """``rel`` as a path under the data prefix, refused when it would leave it or name git's own files."""
+    parts = PurePosixPath(rel).parts
+    if (not parts or rel.startswith("/") or "\\" in rel
+            or any(p in ("..", ".") or p in _GIT_NAMES for p in parts)):
+        raise say.fail(f"{rel!r} is not a file path inside the data prefix")
+    return "/".join(parts)
+
+
 def check_inputs(files: dict[str, Path], prefix: str, say: Say) -> list[tuple[str, str, Path]]:
     """``(rel, repository path, artifact)`` of each file to commit, sorted; refuses paths that leave the prefix or
     name git's own files, missing artifacts, and LFS pointers given as content."""
@@ -56,10 +65,7 @@ def check_inputs(files: dict[str, Path], prefix: str, say: Say) -> list[tuple[st
         raise say.fail("commit_files needs at least one file")
     out = []
     for rel, src in sorted(files.items()):
-        parts = PurePosixPath(rel).parts
-        if (not parts or rel.startswith("/") or "\\" in rel
-                or any(p in ("..", ".") or p in _GIT_NAMES for p in parts)):
-            raise say.fail(f"{rel!r} is not a file path inside the data prefix")
+        parts = PurePosixPath(relative(rel, say)).parts
         src = Path(src)
         if not src.is_file():
             raise say.fail(f"artifact for {rel} is missing or not a file: {src}")

@@ -386,8 +386,10 @@ def structure_key(source: str) -> str:
     return f"raw/{source}.structure.json"
 
 
+CONSOLIDATED_META_KEY = "consolidated_raw_rows.json"  # the consolidation's summary; it lists the week's files
+PROCESSED_META_KEY = "post_processed.json"
+# The one-file layout of weeks consolidated before fleet kept each source in its own file (fleet/transform/layout.py)
 CONSOLIDATED_KEY = "consolidated_raw_rows.parquet"
-CONSOLIDATED_META_KEY = "consolidated_raw_rows.json"
 PROCESSED_KEY = "post_processed.parquet"
 
 

@@ -1,13 +1,18 @@
-"""Consolidation: every successful source's stored raw rows for a week in one file (polars, lazy, streamed into the
-store), with the rows carried forward for sources that failed (fleet/lifecycle/carry.py)."""
+"""Consolidation: every successful source's stored raw rows for a week, each source in a file of its own with its
+own columns and types (polars, lazy, streamed into the store; fleet/transform/layout.py), with the rows carried
+forward for sources that failed (fleet/lifecycle/carry.py)."""
 from __future__ import annotations
+
+import uuid
 
 import polars as pl
 
 from fleet.lifecycle import carry as carrying
 from fleet.quality import gate
+from fleet.storage import provenance
 from fleet.storage import store as keys
 from fleet.storage.store import ArtifactStore
+from fleet.transform import layout
 
 
 def week_outcomes(store: ArtifactStore, week: str, sources: list[str]) -> dict[str, dict]:
@@ -20,7 +25,8 @@ def week_outcomes(store: ArtifactStore, week: str, sources: list[str]) -> dict[s
 
 
 def consolidate(store: ArtifactStore, week: str, sources: list[str], carry: dict[str, int] | None = None) -> dict:
-    """Union every successful source's raw rows for ``week`` into one file with a ``source`` column.
+    """Every successful source's raw rows for ``week``, each source in its own file (``layout.store_key``) with its
+    own columns and types and fleet's ``_fleet_source`` column; no source's shape touches another's.
 
     A source whose latest attempt failed after an earlier one of the week stored rows (``fleet run --refresh``
     against a site that is down now) keeps those rows: they are included, and listed under ``kept`` with the
@@ -33,9 +39,11 @@ def consolidate(store: ArtifactStore, week: str, sources: list[str], carry: dict
     Returns a summary: included sources with row counts, kept ones, missing sources with why, the included ones
     scraped into this (past) week under ``fleet/force=true`` with the date they were scraped on, and total rows.
     A missing source named in ``carry`` (name -> its carry_forward_weeks) may contribute its last good week's rows,
-    listed under ``carried`` (fleet/lifecycle/carry.py); every row has a ``stale_since`` column, null when fresh."""
+    listed under ``carried`` (fleet/lifecycle/carry.py); every row has a ``_fleet_stale_since`` column, null when
+    fresh. The summary, written last, lists the files (``files``): a source's file that an earlier consolidation
+    wrote and this one did not is not part of the week."""
     outcomes = week_outcomes(store, week, sources)
-    included, kept, missing, forced, held, released, frames = {}, {}, {}, {}, {}, {}, []
+    included, kept, missing, forced, held, released, frames = {}, {}, {}, {}, {}, {}, {}
     for name, rec in sorted(outcomes.items()):  # sources in name order: the file is deterministic without a sort
         taken, from_earlier = keys.consolidated_outcome(store, week, name)
         if taken is None:  # a usable outcome whose parquet is corrupt (keys.rows_problem) is reported, never taken
@@ -55,16 +63,23 @@ def consolidate(store: ArtifactStore, week: str, sources: list[str], carry: dict
         included[name] = int(taken.get("rows") or 0)
         if taken.get("forced"):
             forced[name] = taken["forced"]
-        frames.append(carrying.fresh(store.scan_parquet(week, keys.rows_key(taken)).with_columns(pl.lit(name).alias("source"))))
+        frames[name] = carrying.fresh(provenance.upgrade_raw(store.scan_parquet(week, keys.rows_key(taken))))
     carried, stale = carrying.carry(store, week, missing, carry or {})
-    frames += stale
+    frames.update(stale)
     total = sum(included.values()) + sum(c["rows"] for c in carried.values())
     summary = {"week": week, "included": included, "kept": kept, "missing": missing, "forced": forced, "rows": total,
                "carried": carried, "held": held, "released": released}
     if total == 0:
         return summary
-    lf = pl.concat(frames, how="diagonal_relaxed")
-    cols = ["source"] + [c for c in lf.collect_schema().names() if c != "source"]
-    store.sink_parquet(week, keys.CONSOLIDATED_KEY, lf.select(cols))
-    store.write_json(week, keys.CONSOLIDATED_META_KEY, summary)
+    written = {}
+    for name, lf in sorted(frames.items()):
+        written[name] = layout.store_key("raw", name)
+        store.sink_parquet(week, written[name], with_source(lf, name))
+    # ``made`` names this consolidation: post-processing records the one it read (fleet/publish/week.py)
+    store.write_json(week, keys.CONSOLIDATED_META_KEY, {**summary, "files": written, "made": uuid.uuid4().hex})
     return summary
+
+
+def with_source(lf: pl.LazyFrame, name: str) -> pl.LazyFrame:
+    """``lf`` with fleet's ``_fleet_source`` column first, so files read together still say whose each row is."""
+    return lf.select(pl.lit(name, dtype=pl.String).alias(provenance.SOURCE), pl.all())
