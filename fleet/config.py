@@ -146,6 +146,10 @@ def demo_latency_ms() -> float:
     return env_number("FLEET_DEMO_LATENCY_MS", 50.0)
 
 
+def data_remote_set() -> bool:  # else the demo's own data repository under FLEET_HOME, which only `fleet demo` makes
+    return bool(_text("FLEET_DATA_REMOTE"))
+
+
 def scrapers_dir_set() -> bool:  # else the bundled demo scrapers run, which need the demo sites
     return bool(_text("FLEET_SCRAPERS_DIR"))
 

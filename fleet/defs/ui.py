@@ -12,7 +12,7 @@ import click
 from fleet import config
 from fleet.config import PROJECT_ROOT, settings
 from fleet.storage.open import host_store
-from fleet.defs.week import say_sandbox
+from fleet.defs.week import check_data_remote, demo_data_remote, say_sandbox
 
 
 def serve(port: int, demo: bool | None, echo=click.echo) -> int:
@@ -32,10 +32,14 @@ def serve(port: int, demo: bool | None, echo=click.echo) -> int:
         from fleet.defs.celery import check_broker
 
         check_broker(s)
+    use_demo = demo if demo is not None else not config.scrapers_dir_set()
+    # the runs it launches commit there: the demo's own repository is made, any other must be there and answer
+    if use_demo:
+        demo_data_remote()
+    check_data_remote()
     say_sandbox(s.home)  # the runs it launches scrape on this host under the multiprocess executor
     # `dagster dev` runs in the checkout; its code server and runs must use this home, as this process does
     config.export(FLEET_HOME=str(s.home))
-    use_demo = demo if demo is not None else not config.scrapers_dir_set()
     with contextlib.ExitStack() as stack:
         if use_demo:
             from fleet.demo.sites import DemoSites

@@ -61,6 +61,8 @@ def run(week: str, sources: tuple[str, ...] = (), deep: tuple[str, ...] = (), re
     why = None if force else past_week_refusal(week, sources, deep, refresh)
     if why:
         raise FleetError(why)
+    if demo:
+        demo_data_remote()
     if not demo:
         return run_week(week, sources, deep, refresh, force, echo, verbose)
     with DemoSites() as sites:
@@ -99,14 +101,13 @@ def run_week(week: str, sources: tuple[str, ...] = (), deep: tuple[str, ...] = (
     from fleet.policy import taxonomy as tx
     from fleet.policy.followup import drive
     from fleet.policy.pastweek import FORCE_TAG
-    from fleet.publish import check_remote
     from fleet.storage.open import check_store
 
     s = settings()
-    # Refused before the week is scraped: a bad FLEET_DATA_BRANCH or FLEET_DATA_PREFIX, a FLEET_DATA_REMOTE that is a
-    # file or a folder of something else, no Chromium (each attempt would fail as infra, the source named but not
-    # the cause).
-    check_remote(d.defs.resources["data_repo"].data_repo())
+    # Refused before the week is scraped: a bad FLEET_DATA_BRANCH or FLEET_DATA_PREFIX, a FLEET_DATA_REMOTE that is not
+    # there or does not answer (its commit would fail after the whole scrape), no Chromium (each attempt would fail
+    # as infra, the source named but not the cause).
+    check_data_remote()
     check_store(d.defs.resources["artifacts"].store())  # a bucket that does not exist, an endpoint that does not answer
     chromium_path()
     scraper_dirs()  # FLEET_SCRAPERS_DIR names folders that exist
@@ -153,6 +154,23 @@ def run_week(week: str, sources: tuple[str, ...] = (), deep: tuple[str, ...] = (
     publish_run = next((r for r in follow_ups if r.tags.get(tx.TAG_KIND) == "publish"), None)
     return report(instance, store, week, names, publish_run, echo, selected=list(sources or names),
                   run_ids=[run.run_id, *(r.run_id for r in follow_ups)])
+
+
+def check_data_remote() -> None:
+    """The data repository is there and answers (fleet/publish/datarepo.py ``verify_remote``), before a run that
+    would commit to it starts."""
+    from fleet.publish import DataRepo, verify_remote
+
+    verify_remote(DataRepo.from_settings(settings()))
+
+
+def demo_data_remote() -> None:
+    """The demo (`fleet demo`, `fleet ui` with the demo sites) without FLEET_DATA_REMOTE commits to a bare
+    repository of its own under FLEET_HOME: made here if missing, the one data repository fleet ever creates."""
+    from fleet.publish import DataRepo, create_remote
+
+    if not config.data_remote_set():
+        create_remote(DataRepo.from_settings(settings()))
 
 
 def cli_run_tags(week: str) -> dict:
@@ -224,6 +242,7 @@ def _publish(week: str, tags: dict, echo, asset_selection=None):
     from fleet.defs import definitions as d
     from fleet.defs.instance import get_instance
 
+    check_data_remote()
     instance = get_instance(settings())
     reap_orphaned_runs(instance, week, echo)
     result = execute_job(reconstructable(d.publish_week_job), instance,
@@ -280,6 +299,7 @@ def commit_week(week: str, stage: str | None, echo=click.echo) -> int:
     stages = [stage] if stage else [st for st, (key, _) in STAGE_FILES.items() if store.exists(week, key)]
     if not stages:
         raise FleetError(f"week {week} has no stored artifacts to commit")
+    check_data_remote()
     for st in stages:
         res = commit_stage(d.defs.resources["data_repo"].data_repo(), store, week, st, run_id="cli-commit")
         echo(f"commit {st:<9} {res.status:<10} {res.sha}")
