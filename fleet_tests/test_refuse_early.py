@@ -3,7 +3,10 @@ not answer, and a second run of a week are each refused in one line, exit 2, bef
 import base64
 import os
 import re
+import subprocess
+import sys
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
@@ -121,3 +124,72 @@ def test_only_the_demo_makes_its_own_remote(tmp_path, monkeypatch):
     assert not (tmp_path / "yours.git").exists()
     with pytest.raises(FleetError, match="yours.git does not exist"):
         check_data_remote()
+
+
+def _steady_only(fleet_env):
+    d = fleet_env.tmp / "steady_only"
+    d.mkdir(exist_ok=True)
+    (d / "steady.py").write_text((ROOT / "fleet_tests" / "scrapers_crash" / "steady.py").read_text())
+    return {**fleet_env.env, "FLEET_SCRAPERS_DIR": str(d)}
+
+
+def test_a_second_run_of_a_week_is_refused_at_once_and_leaves_no_trace(fleet_env):
+    """Two `fleet run`s of one week started together: the loser says one line and nothing else, before the winner
+    has done anything much; the winner's table and `fleet status` show nothing of it (it used to print "scraping
+    week" for 10 s, and leave its planned step and check: "kept the stored rows of run ...; the last run's step not
+    started", and the quality check "not evaluated" until the next run)."""
+    env = _steady_only(fleet_env)
+    cmd = [sys.executable, "-m", "fleet.cli", "run", "--week", WEEK, "--force"]
+    started = time.monotonic()
+    procs = [subprocess.Popen(cmd, env=env, cwd=fleet_env.home, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True) for _ in range(2)]
+    while all(p.poll() is None for p in procs):
+        time.sleep(0.05)
+    loser = next(p for p in procs if p.poll() is not None)
+    winner = next(p for p in procs if p is not loser)
+    loser_s = time.monotonic() - started
+    assert winner.poll() is None  # the loser was done while the winner was still at work
+    out, err = loser.communicate()
+    print(f"loser refused after {loser_s:.2f} s")
+    assert loser.returncode == 2 and out == "", out + err
+    assert re.fullmatch(rf"fleet: error: week {WEEK} is already being run by another fleet command \(pid "
+                        rf"{winner.pid} on host \S+, since [0-9: -]+ UTC\); not starting a second run of it\n", err), err
+    w_out, w_err = winner.communicate(timeout=400)
+    assert winner.returncode == 0, w_out[-3000:] + w_err[-3000:]
+    assert "kept the stored rows" not in w_out and "not started" not in w_out, w_out
+    status = run_fleet(env, "status", "--week", WEEK)
+    assert status.returncode == 0 and "steady " in status.stdout, status.stdout + status.stderr
+    assert "not evaluated" not in status.stdout and "kept the stored rows" not in status.stdout, status.stdout
+
+    # a command that commits refuses a remote that is not there too, and makes none
+    typo = fleet_env.tmp / "data-remtoe.git"
+    for args in (("commit", "--week", WEEK), ("reprocess", "--week", WEEK)):
+        res = run_fleet({**env, "FLEET_DATA_REMOTE": str(typo)}, *args, timeout=120)
+        assert res.returncode == 2 and res.stdout == "", (args, res.stdout + res.stderr)
+        assert res.stderr.startswith(f"fleet: error: data remote (FLEET_DATA_REMOTE) {typo} does not exist"), res.stderr
+        assert not typo.exists()
+
+
+def test_a_run_of_the_week_in_the_instance_is_refused_before_another_is_created():
+    """What the lock on this host cannot see: a run of the week launched by the UI, a sensor or another host."""
+    from dagster import DagsterInstance, job, op
+
+    from fleet import records
+    from fleet.defs.week import refuse_if_running
+
+    @op
+    def noop():
+        pass
+
+    @job
+    def tiny():
+        noop()
+
+    with DagsterInstance.ephemeral() as instance:
+        refuse_if_running(instance, WEEK)  # nothing of the week yet
+        other = instance.create_run_for_job(tiny, tags={"dagster/partition": WEEK})
+        with pytest.raises(FleetError, match=rf"^week {WEEK} is already being run by run {other.run_id} \(not_started, "
+                                             r"launched by the UI or a sensor\); not starting a second run of it$"):
+            refuse_if_running(instance, WEEK)
+        refuse_if_running(instance, "2026-11-23")  # another week is free
+        assert len(records.runs(instance, {"dagster/partition": WEEK})) == 1
