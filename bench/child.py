@@ -34,10 +34,10 @@ def consolidate_polars(listing: str, out: str) -> None:
 def commit_fleet(remote: str, workdir: str, src: str) -> None:
     from pathlib import Path
 
-    from fleet.publish import DataRepo, commit_files, ensure_remote
+    from fleet.publish import DataRepo, commit_files, create_remote
     t = time.perf_counter()
     repo = DataRepo(remote=remote, clone_dir=Path(workdir))
-    ensure_remote(repo)
+    create_remote(repo)
     res = commit_files(repo, {"2026-11-16/raw.parquet": Path(src)}, subject="bench: raw rows for 2026-11-16",
                        idempotency_key="bench-2026-11-16-raw")
     print(json.dumps({"op_s": time.perf_counter() - t, "status": res.status}))

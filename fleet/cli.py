@@ -58,8 +58,10 @@ class _Group(click.Group):
 @click.group(cls=_Group)
 def main():
     """fleet: weekly Playwright scrapers as a Dagster asset graph, committed to a Git-LFS data repository."""
+    from fleet.config import check_names
     from fleet.secrets import hide_git_token
 
+    check_names()  # a mistyped FLEET_* name is refused before any command reads a setting
     hide_git_token()  # before any child starts: only the step that commits reads the token (fleet/secrets.py)
 
 

@@ -3,12 +3,16 @@ never at import time. The one module that reads ``os.environ`` (fleet_tests/test
 child process gets its environment from :func:`process_env`."""
 from __future__ import annotations
 
+import ast
 import dataclasses
 import datetime as dt
+import difflib
+import functools
 import importlib.util
 import json
 import math
 import os
+import re
 import shutil
 import socket
 from pathlib import Path
@@ -31,6 +35,36 @@ CHROMIUM_CANDIDATES = ("/usr/bin/chromium-headless-shell", "/usr/lib/chromium/ch
 # replaces them, a scraper's ``block_markers`` adds its own. Specific: "captcha" alone is on many login forms.
 DEFAULT_MARKERS = ("g-recaptcha", "h-captcha", "cf-challenge", "cf-turnstile", "challenge-platform",
                    "are you a robot", "unusual traffic from your", "verify you are human", "fleet-demo-captcha")
+
+
+# Read through fleet/secrets.py's values_of: named here so that known_settings() finds it.
+GIT_TOKEN_FILE = "FLEET_GIT_TOKEN_FILE"
+# fleet reads nothing under these: the variables of its own test suite's and benchmarks' scrapers.
+RESERVED_PREFIXES = ("FLEET_TEST_", "FLEET_BENCH_")
+_SETTING_NAME = re.compile(r"FLEET_[A-Z0-9_]*[A-Z0-9]")
+
+
+@functools.cache
+def known_settings() -> frozenset[str]:
+    """Every ``FLEET_*`` name this module reads or names (its string constants, old names included, which
+    :func:`_renamed` refuses with their new name): a setting added here is known without a second list to keep."""
+    tree = ast.parse(Path(__file__).read_text(), __file__)
+    return frozenset(node.value for node in ast.walk(tree)
+                     if isinstance(node, ast.Constant) and isinstance(node.value, str)
+                     and _SETTING_NAME.fullmatch(node.value))
+
+
+def check_names() -> None:
+    """Refuse a ``FLEET_*`` variable fleet does not know, naming the closest known one: a mistyped setting would
+    otherwise be ignored without a word, and its default used."""
+    known = known_settings()
+    for name in sorted(os.environ):
+        if name.startswith("FLEET_") and name not in known and not name.startswith(RESERVED_PREFIXES):
+            # compared without the prefix that all share, which would make any two names look alike
+            close = difflib.get_close_matches(name[6:], sorted(k[6:] for k in known), n=1)
+            raise FleetError(f"unknown setting {name} (did you mean FLEET_{close[0]}?)" if close else
+                             f"unknown setting {name}: no setting of fleet's is near it; unset it (README, "
+                             "Configuration, lists them)")
 
 
 def _text(name: str) -> str:
@@ -110,6 +144,10 @@ def demo_state_dir() -> Path | None:  # the demo sites' modes.json, shared by th
 
 def demo_latency_ms() -> float:
     return env_number("FLEET_DEMO_LATENCY_MS", 50.0)
+
+
+def data_remote_set() -> bool:  # else the demo's own data repository under FLEET_HOME, which only `fleet demo` makes
+    return bool(_text("FLEET_DATA_REMOTE"))
 
 
 def scrapers_dir_set() -> bool:  # else the bundled demo scrapers run, which need the demo sites
@@ -323,6 +361,7 @@ def _artifacts() -> str:
 
 
 def settings() -> Settings:
+    check_names()
     home = Path(os.environ.get("FLEET_HOME") or (Path.cwd() / ".fleet")).resolve()
     _check_home(home)
     prefix = os.environ.get("FLEET_DATA_PREFIX", "data/").strip()

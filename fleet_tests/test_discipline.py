@@ -33,7 +33,7 @@ def test_two_concurrent_runs_of_a_week_make_one_week_of_commits(fleet_env):
     outs = [p.communicate(timeout=300)[0] for p in procs]
     codes = sorted(p.returncode for p in procs)
     assert codes == [0, 2], outs
-    assert any("is already being run by run" in o for o in outs), outs
+    assert any("is already being run by" in o for o in outs), outs
     assert len(log(fleet_env.remote)) == before + 2
 
 

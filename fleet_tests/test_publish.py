@@ -23,7 +23,7 @@ from fleet.publish import commit as commit_mod
 from fleet.publish import lfs as lfs_mod
 from fleet.publish import remote as remote_mod
 from fleet.publish import snapshot as snapshot_mod
-from fleet.publish import CommitResult, DataRepo, commit_files, ensure_remote, redact
+from fleet.publish import CommitResult, DataRepo, commit_files, create_remote, ensure_remote, redact
 from fleet_tests import gitremote as gr
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -386,10 +386,10 @@ def test_remotes_and_branches_that_git_would_refuse_are_clear_errors(tmp_path, m
     a_file.write_text("not a repository\n")
     with pytest.raises(CommitError, match="exists and is not a directory"):
         ensure_remote(DataRepo(remote=str(a_file), clone_dir=tmp_path / "clone"))
-    # "~" is expanded for git too, not only for ensure_remote
+    # "~" is expanded for git too, not only for create_remote
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     repo = DataRepo(remote="~/data.git", clone_dir=tmp_path / "clone", base_wait_s=0.01)
-    ensure_remote(repo)
+    create_remote(repo)
     res = commit_files(repo, {REL: artifact(tmp_path, "raw.parquet")}, subject="s", idempotency_key="k")
     assert res.status == "committed" and (tmp_path / "home" / "data.git" / "HEAD").is_file()
 
@@ -433,11 +433,16 @@ def test_commits_as_fleet_when_no_identity_is_configured(bare, tmp_path, monkeyp
     assert_lfs_content(bare, f"data/{REL}", art)
 
 
-def test_empty_remote_and_ensure_remote(tmp_path):
+def test_empty_remote_and_create_remote(tmp_path):
     remote = tmp_path / "made" / "data.git"
     repo = DataRepo(remote=str(remote), clone_dir=tmp_path / "clone", branch="trunk", base_wait_s=0.02)
+    # a commit never creates its remote: a mistyped path would take the week's rows where nobody looks
+    with pytest.raises(CommitError, match=r"data remote \(FLEET_DATA_REMOTE\) .*made/data.git does not exist"):
+        ensure_remote(repo)
+    assert not remote.exists()
+    create_remote(repo)  # the demo's own
+    create_remote(repo)  # idempotent
     ensure_remote(repo)
-    ensure_remote(repo)  # idempotent
     assert gr.git("symbolic-ref", "HEAD", cwd=remote).stdout.decode().strip() == "refs/heads/trunk"
     gr.install_hook(remote)
     art = artifact(tmp_path, "raw.parquet")

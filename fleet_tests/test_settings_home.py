@@ -158,23 +158,23 @@ def test_slack_without_a_token_is_refused(tmp_path):
 def test_process_env_copies_and_overrides(monkeypatch):
     from fleet import config
 
-    monkeypatch.setenv("FLEET_PROBE_A", "a")
-    monkeypatch.setenv("FLEET_PROBE_B", "b")
-    env = config.process_env(FLEET_PROBE_B=None, FLEET_PROBE_C=3)
-    assert env["FLEET_PROBE_A"] == "a" and "FLEET_PROBE_B" not in env and env["FLEET_PROBE_C"] == "3"
-    env["FLEET_PROBE_A"] = "changed"
-    assert config.process_env()["FLEET_PROBE_A"] == "a"  # a copy: the child's changes are its own
+    monkeypatch.setenv("FLEET_TEST_PROBE_A", "a")
+    monkeypatch.setenv("FLEET_TEST_PROBE_B", "b")
+    env = config.process_env(FLEET_TEST_PROBE_B=None, FLEET_TEST_PROBE_C=3)
+    assert env["FLEET_TEST_PROBE_A"] == "a" and "FLEET_TEST_PROBE_B" not in env and env["FLEET_TEST_PROBE_C"] == "3"
+    env["FLEET_TEST_PROBE_A"] = "changed"
+    assert config.process_env()["FLEET_TEST_PROBE_A"] == "a"  # a copy: the child's changes are its own
 
 
 def test_export_and_replace_env_change_what_config_and_children_see(monkeypatch):
     from fleet import config
 
     monkeypatch.setenv("FLEET_DEMO_URL", "http://127.0.0.1:1")
-    monkeypatch.delenv("FLEET_PROBE_D", raising=False)
+    monkeypatch.delenv("FLEET_TEST_PROBE_D", raising=False)
     saved = config.process_env()
     try:
-        config.export(FLEET_DEMO_URL="http://127.0.0.1:2", FLEET_PROBE_D="d")
-        assert config.demo_url() == "http://127.0.0.1:2" and config.process_env()["FLEET_PROBE_D"] == "d"
+        config.export(FLEET_DEMO_URL="http://127.0.0.1:2", FLEET_TEST_PROBE_D="d")
+        assert config.demo_url() == "http://127.0.0.1:2" and config.process_env()["FLEET_TEST_PROBE_D"] == "d"
         config.export(overwrite=False, FLEET_DEMO_URL="http://127.0.0.1:3")
         assert config.demo_url() == "http://127.0.0.1:2"  # already set: kept
         config.export(FLEET_DEMO_URL=None)

@@ -12,7 +12,7 @@ import click
 from fleet import config
 from fleet.config import PROJECT_ROOT, settings
 from fleet.storage.open import host_store
-from fleet.defs.week import say_sandbox
+from fleet.defs.week import demo_data_remote, say_sandbox
 
 
 def serve(port: int, demo: bool | None, echo=click.echo) -> int:
@@ -32,10 +32,15 @@ def serve(port: int, demo: bool | None, echo=click.echo) -> int:
         from fleet.defs.celery import check_broker
 
         check_broker(s)
+    use_demo = demo if demo is not None else not config.scrapers_dir_set()
+    # The demo's runs commit to its own repository, made here as `fleet demo` makes it. Any other remote is not
+    # checked: the UI is also where an operator looks while the data repository's host is down; a run's commit
+    # refuses a remote that is not there (fleet/publish/datarepo.py ensure_remote).
+    if use_demo:
+        demo_data_remote()
     say_sandbox(s.home)  # the runs it launches scrape on this host under the multiprocess executor
     # `dagster dev` runs in the checkout; its code server and runs must use this home, as this process does
     config.export(FLEET_HOME=str(s.home))
-    use_demo = demo if demo is not None else not config.scrapers_dir_set()
     with contextlib.ExitStack() as stack:
         if use_demo:
             from fleet.demo.sites import DemoSites

@@ -56,32 +56,38 @@ def run(week: str, sources: tuple[str, ...] = (), deep: tuple[str, ...] = (), re
         force: bool = False, verbose: bool = False, demo: bool = False, echo=click.echo) -> int:
     """`fleet run` (``demo``: `fleet demo`, with the bundled demo sites serving on 127.0.0.1 meanwhile): refused
     up front for a past week without ``force``, else :func:`run_week`."""
+    from fleet.defs.claim import hold_week
     from fleet.demo.sites import DemoSites
 
-    why = None if force else past_week_refusal(week, sources, deep, refresh)
-    if why:
-        raise FleetError(why)
-    if not demo:
-        return run_week(week, sources, deep, refresh, force, echo, verbose)
-    with DemoSites() as sites:
-        config.export(FLEET_DEMO_URL=sites.url)  # the demo scrapers and every step of the run read it
-        echo(f"fleet: demo sites at {sites.url}")
-        return run_week(week, sources, deep, refresh, force, echo, verbose)
+    with hold_week(settings().home, week):  # first: a second `fleet run` of the week says so, and nothing else
+        why = None if force else past_week_refusal(week, sources, deep, refresh)
+        if why:
+            raise FleetError(why)
+        if not demo:
+            return run_week(week, sources, deep, refresh, force, echo, verbose)
+        demo_data_remote()
+        with DemoSites() as sites:
+            config.export(FLEET_DEMO_URL=sites.url)  # the demo scrapers and every step of the run read it
+            echo(f"fleet: demo sites at {sites.url}")
+            return run_week(week, sources, deep, refresh, force, echo, verbose)
 
 
 def backfill(first: str, last: str, force: bool, echo=click.echo) -> int:
     """Each week from ``first`` to ``last``; a past week that would scrape today's web is skipped, named, and
     makes the exit code 2, unless ``force``. The worst week's exit code."""
+    from fleet.defs.claim import hold_week
+
     worst = EXIT_OK
     week = parse_week(first)
     while week <= parse_week(last):
         w = week.isoformat()
-        why = None if force else past_week_refusal(w)
-        if why:
-            echo(f"fleet: {why}", err=True)
-            worst = max(worst, EXIT_NOTHING)
-        else:
-            worst = max(worst, run_week(w, force=force, echo=echo))
+        with hold_week(settings().home, w):
+            why = None if force else past_week_refusal(w)
+            if why:
+                echo(f"fleet: {why}", err=True)
+                worst = max(worst, EXIT_NOTHING)
+            else:
+                worst = max(worst, run_week(w, force=force, echo=echo))
         week += dt.timedelta(days=7)
     return worst
 
@@ -99,14 +105,13 @@ def run_week(week: str, sources: tuple[str, ...] = (), deep: tuple[str, ...] = (
     from fleet.policy import taxonomy as tx
     from fleet.policy.followup import drive
     from fleet.policy.pastweek import FORCE_TAG
-    from fleet.publish import check_remote
     from fleet.storage.open import check_store
 
     s = settings()
-    # Refused before the week is scraped: a bad FLEET_DATA_BRANCH or FLEET_DATA_PREFIX, a FLEET_DATA_REMOTE that is a
-    # file or a folder of something else, no Chromium (each attempt would fail as infra, the source named but not
-    # the cause).
-    check_remote(d.defs.resources["data_repo"].data_repo())
+    # Refused before the week is scraped: a bad FLEET_DATA_BRANCH or FLEET_DATA_PREFIX, a FLEET_DATA_REMOTE that is not
+    # there or does not answer (its commit would fail after the whole scrape), no Chromium (each attempt would fail
+    # as infra, the source named but not the cause).
+    check_data_remote()
     check_store(d.defs.resources["artifacts"].store())  # a bucket that does not exist, an endpoint that does not answer
     chromium_path()
     scraper_dirs()  # FLEET_SCRAPERS_DIR names folders that exist
@@ -138,8 +143,9 @@ def run_week(week: str, sources: tuple[str, ...] = (), deep: tuple[str, ...] = (
                              tags={**base_tags, **request.tags}, asset_selection=request.asset_selection)
         return instance.get_run_by_id(result.run_id)
 
-    say_sandbox(s.home, echo)  # after every refusal: a bad setting is the one line a refused run prints
     reap_orphaned_runs(instance, week, echo)
+    refuse_if_running(instance, week)
+    say_sandbox(s.home, echo)  # after every refusal: a bad setting is the one line a refused run prints
     where = f"on the workers of {without_credentials(s.celery_broker)}" if s.executor == "celery" else "on this machine"
     echo(f"fleet: scraping week {week} ({len(sources or names)} sources, at most {s.max_parallel} at once, {where})")
     with Progress(instance, store, week, len(sources or names), echo,
@@ -155,6 +161,23 @@ def run_week(week: str, sources: tuple[str, ...] = (), deep: tuple[str, ...] = (
                   run_ids=[run.run_id, *(r.run_id for r in follow_ups)])
 
 
+def check_data_remote() -> None:
+    """The data repository is there and answers (fleet/publish/datarepo.py ``verify_remote``), before a run that
+    would commit to it starts."""
+    from fleet.publish import DataRepo, verify_remote
+
+    verify_remote(DataRepo.from_settings(settings()))
+
+
+def demo_data_remote() -> None:
+    """The demo (`fleet demo`, `fleet ui` with the demo sites) without FLEET_DATA_REMOTE commits to a bare
+    repository of its own under FLEET_HOME: made here if missing, the one data repository fleet ever creates."""
+    from fleet.publish import DataRepo, create_remote
+
+    if not config.data_remote_set():
+        create_remote(DataRepo.from_settings(settings()))
+
+
 def cli_run_tags(week: str) -> dict:
     """The tags of a run this process executes: its week, its driver, and this process as its run worker from
     the start (fleet/defs/runworker.py), so a run left behind by a killed `fleet run` is known for dead even if
@@ -163,6 +186,17 @@ def cli_run_tags(week: str) -> dict:
     from fleet.policy import taxonomy as tx
 
     return {tx.PARTITION_TAG: week, tx.TAG_DRIVER: "cli", TAG: json.dumps(identity(), sort_keys=True)}
+
+
+def refuse_if_running(instance, week: str) -> None:
+    """A run of ``week`` unfinished in the instance (from another host, the UI, the schedule or a sensor) is
+    refused before this command creates a run of its own: a refused run leaves a planned step and check per asset.
+    Two that pass here together are still told apart by the claim at their executors' start (fleet/defs/claim.py)."""
+    from fleet.defs.claim import week_holder
+
+    taken = week_holder(instance, week)
+    if taken:
+        raise FleetError(taken)
 
 
 def superseded(run) -> None:
@@ -224,13 +258,18 @@ def _publish(week: str, tags: dict, echo, asset_selection=None):
     from fleet.defs import definitions as d
     from fleet.defs.instance import get_instance
 
-    instance = get_instance(settings())
-    reap_orphaned_runs(instance, week, echo)
-    result = execute_job(reconstructable(d.publish_week_job), instance,
-                         run_config={"loggers": {"console": {"config": {"log_level": "INFO"}}}},
-                         tags={**cli_run_tags(week), **tags}, asset_selection=asset_selection)
-    superseded(instance.get_run_by_id(result.run_id))
-    return result
+    from fleet.defs.claim import hold_week
+
+    with hold_week(settings().home, week):
+        check_data_remote()
+        instance = get_instance(settings())
+        reap_orphaned_runs(instance, week, echo)
+        refuse_if_running(instance, week)
+        result = execute_job(reconstructable(d.publish_week_job), instance,
+                             run_config={"loggers": {"console": {"config": {"log_level": "INFO"}}}},
+                             tags={**cli_run_tags(week), **tags}, asset_selection=asset_selection)
+        superseded(instance.get_run_by_id(result.run_id))
+        return result
 
 
 def reprocess_week(week: str, echo=click.echo) -> int:
@@ -284,6 +323,7 @@ def commit_week(week: str, stage: str | None, drop: tuple[str, ...] = (), echo=c
     stages = [stage] if stage else [st for st in STAGES if layout.files(store, week, st) is not None]
     if not stages:
         raise FleetError(f"week {week} has no stored artifacts to commit; run it first (`fleet run --week {week}`)")
+    check_data_remote()
     for st in stages:
         res = commit_stage(d.defs.resources["data_repo"].data_repo(), store, week, st, run_id="cli-commit", drop=drop)
         echo(f"commit {st:<9} {res.status:<10} {res.sha}")

@@ -24,7 +24,9 @@ class SourceStatus:
 
 
 def week_runs(instance, week: str) -> list:
-    return records.runs(instance, {tx.PARTITION_TAG: week})
+    """The week's runs that count: not one refused because another held the week (fleet/defs/claim.py), whose
+    planned steps never started and said nothing of the week."""
+    return [r for r in records.runs(instance, {tx.PARTITION_TAG: week}) if tx.TAG_SUPERSEDED not in r.tags]
 
 
 def week_status(instance, store: ArtifactStore, week: str, sources: list[str]) -> list[SourceStatus]:
@@ -89,9 +91,11 @@ def failed_checks(instance, week: str, sources: list[str], check: str, parts) ->
     from dagster import AssetCheckKey, AssetKey
 
     out = []
+    counted = {r.run_id for r in week_runs(instance, week)}
     for source in sources:
         key = AssetCheckKey(AssetKey(["raw", source]), check)
-        latest = next((r for r in records.check_history(instance, key) if r.partition == week), None)
+        latest = next((r for r in records.check_history(instance, key) if r.partition == week and r.run_id in counted),
+                      None)
         if latest is None:
             continue
         if latest.status.value == "FAILED":

@@ -1,5 +1,6 @@
-"""The data repository fleet commits to: where it is (remote, branch, prefix, token, working clone), refused in one
-line when git could not use it, and created when it is a local path that does not exist yet."""
+"""The data repository fleet commits to: where it is (remote, branch, prefix, token, working clone), and refused in
+one line when it is not there or does not answer. fleet never creates it, but for the demo's own (:func:`create_remote`):
+a mistyped path would otherwise become a new repository that takes the week's rows."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -64,9 +65,16 @@ def redact(text: object, repo: DataRepo) -> str:
     return repo.redactor()(text)
 
 
-def check_remote(repo: DataRepo) -> bool:
-    """Whether the remote is a local path to create (it does not exist, or is an empty folder); a CommitError naming
-    FLEET_DATA_REMOTE if it is a local path that holds something else. URLs are not checked here (no network)."""
+# How long `git ls-remote` may take to answer before a run is refused: a host that drops packets would otherwise
+# hold the run for the kernel's connect timeout (minutes); a remote that answers does so in well under a second.
+ANSWER_TIMEOUT_S = 30.0
+_FIX = ("fleet creates none but the demo's (`fleet demo` without FLEET_DATA_REMOTE): create the repository, or "
+        "correct FLEET_DATA_REMOTE")
+
+
+def _missing(repo: DataRepo) -> bool:
+    """Whether the remote is a local path with nothing there yet (or an empty folder); a CommitError naming
+    FLEET_DATA_REMOTE if it is a local path that holds something other than a repository."""
     path = repo.parsed().local_path
     if path is None or not path.exists():
         return path is not None
@@ -79,10 +87,36 @@ def check_remote(repo: DataRepo) -> bool:
     return True
 
 
+def check_remote(repo: DataRepo) -> None:
+    """Refuse, without the network, a local remote that is not a repository or does not exist; URLs pass."""
+    if _missing(repo):
+        raise CommitError(f"data remote (FLEET_DATA_REMOTE) {repo.parsed().local_path} does not exist; {_FIX}")
+
+
+def verify_remote(repo: DataRepo, timeout_s: float = ANSWER_TIMEOUT_S) -> None:
+    """Refuse a remote that is not there or does not answer `git ls-remote` (with the token, as the commit sends
+    it), in one line naming the remote (credentials redacted) and the fix: before a week is scraped, not after."""
+    check_remote(repo)
+    remote = repo.parsed()
+    cwd = remote.local_path.parent if remote.local_path else None
+    try:
+        remote.command(cwd).ls_remote(remote.url, f"refs/heads/{repo.branch}", kill_after_timeout=timeout_s)
+    except git.CommandError as e:
+        raise CommitError(redact(f"data remote (FLEET_DATA_REMOTE) {remote.url} does not answer: {failure(e)}; "
+                                 f"check FLEET_DATA_REMOTE{' and FLEET_GIT_TOKEN' if remote.is_http else ''}, "
+                                 "and that the repository exists: fleet never creates it", repo)) from None
+
+
 def ensure_remote(repo: DataRepo) -> None:
-    """Create the remote as a bare repository (default branch ``repo.branch``) when it is a local path
-    that does not exist yet. URLs are left alone. Idempotent."""
-    if not check_remote(repo):
+    """What a commit checks first: the remote is there (:func:`check_remote`). Never creates it: a commit into a
+    repository it made would land where nobody looks."""
+    check_remote(repo)
+
+
+def create_remote(repo: DataRepo) -> None:
+    """Create the remote as a bare repository (default branch ``repo.branch``) when it is a local path that does
+    not exist yet: the demo's own data repository only. Idempotent."""
+    if not _missing(repo):
         return
     path = repo.parsed().local_path
     path.parent.mkdir(parents=True, exist_ok=True)
