@@ -46,14 +46,6 @@ def _has_text(dtype: pl.DataType) -> bool:
     return not dtype.is_nested() and dtype not in (pl.Object, pl.Binary)
 
 
-def _comparable(frame: pl.DataFrame, col: str, other: pl.DataType) -> pl.Expr | None:
-    """``col`` as text, to compare it with a column of another type (a new version of the scraper), or None
-    when one of the two types has no text form."""
-    if not (_has_text(frame.schema[col]) and _has_text(other)):
-        return None
-    return pl.col(col).cast(pl.String, strict=False)
-
-
 def _hashes(frame: pl.DataFrame, exprs: list[pl.Expr], name: str) -> pl.Series:
     return frame.select(pl.struct(exprs).hash(seed=0).alias(name))[name] if exprs else pl.Series(name, [0] * frame.height, dtype=pl.UInt64)
 
@@ -70,38 +62,31 @@ def compare(prev: pl.DataFrame, cur: pl.DataFrame, key: list[str] | None) -> dic
            "columns_added": [c for c in cur_cols if c not in prev_cols],
            "columns_removed": [c for c in prev_cols if c not in cur_cols], "columns_retyped": retyped}
 
-    def exprs(cols):  # (prev's, cur's) expressions of ``cols``, None where a retyped one cannot be compared
-        p, c = [], []
-        for col in cols:
-            if col not in retyped:
-                p.append(pl.col(col)), c.append(pl.col(col))
-                continue
-            pe, ce = _comparable(prev, col, cur.schema[col]), _comparable(cur, col, prev.schema[col])
-            if pe is None or ce is None:
-                return None
-            p.append(pe), c.append(ce)
-        return p, c
+    def exprs(cols):  # what compares ``cols`` across the two weeks: a retyped one by its text; None when it has none
+        if any(c in retyped and not (_has_text(prev.schema[c]) and _has_text(cur.schema[c])) for c in cols):
+            return None
+        return [pl.col(c).cast(pl.String, strict=False) if c in retyped else pl.col(c) for c in cols]
 
     key = [c for c in (key or common) if c in common] or common
     by_key = exprs(key) if key else None
     if by_key is None:
         return {**out, "added": cur.height, "removed": prev.height, "changed": 0}
-    p = prev.with_columns(_hashes(prev, by_key[0], "__key")).unique(subset="__key", keep="last")
-    c = cur.with_columns(_hashes(cur, by_key[1], "__key")).unique(subset="__key", keep="last")
-    out["added"] = int((~c["__key"].is_in(p["__key"].implode())).sum())
-    out["removed"] = int((~p["__key"].is_in(c["__key"].implode())).sum())
+    p = prev.with_columns(_hashes(prev, by_key, "_fleet_key")).unique(subset="_fleet_key", keep="last")
+    c = cur.with_columns(_hashes(cur, by_key, "_fleet_key")).unique(subset="_fleet_key", keep="last")
+    out["added"] = int((~c["_fleet_key"].is_in(p["_fleet_key"].implode())).sum())
+    out["removed"] = int((~p["_fleet_key"].is_in(c["_fleet_key"].implode())).sum())
     values = [col for col in common if col not in key]
     by_value = exprs(values)
-    both = c.select("__key").join(p.select("__key"), on="__key", how="inner")
+    both = c.select("_fleet_key").join(p.select("_fleet_key"), on="_fleet_key", how="inner")
     if not values:
         out["changed"] = 0
     elif by_value is None:  # a retyped column with no text form: every row seen both weeks changed
         out["changed"] = both.height
     else:
-        pv = p.select("__key", _hashes(p, by_value[0], "__value"))
-        cv = c.select("__key", _hashes(c, by_value[1], "__value"))
-        joined = cv.join(pv, on="__key", how="inner", suffix="__prev")
-        out["changed"] = joined.filter(pl.col("__value") != pl.col("__value__prev")).height
+        pv = p.select("_fleet_key", _hashes(p, by_value, "_fleet_value"))
+        cv = c.select("_fleet_key", _hashes(c, by_value, "_fleet_value"))
+        joined = cv.join(pv, on="_fleet_key", how="inner", suffix="_prev")
+        out["changed"] = joined.filter(pl.col("_fleet_value") != pl.col("_fleet_value_prev")).height
     return out
 
 
