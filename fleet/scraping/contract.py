@@ -19,7 +19,7 @@ from fleet.errors import BlockedError, FleetError, NavigationError, ScraperDefin
 from fleet.scraping import blocked as bot
 from fleet.scraping.politeness import Politeness
 from fleet.scraping.retry import RetryPolicy, retry_async
-from fleet.storage.provenance import PREFIX as FLEET_PREFIX, is_fleet_column
+from fleet.storage.provenance import PREFIX as RESERVED_PREFIX, is_fleet_column
 
 NAME_RE = re.compile(r"^[a-z][a-z0-9_]*$")
 # A source's name is also a Dagster tag value (``fleet/source``), which holds at most 63 characters; a longer one
@@ -112,7 +112,7 @@ class Scraper:
                 raise ScraperDefinitionError(f"scraper {name!r}: schema column names must be strings, got {col!r}")
             if is_fleet_column(col):
                 raise ScraperDefinitionError(f"scraper {name!r}: column {col!r} is reserved: names starting with "
-                                             f"{FLEET_PREFIX!r} are fleet's own columns (provenance, source)")
+                                             f"{RESERVED_PREFIX!r} are fleet's own columns (provenance, source)")
             try:
                 ok = isinstance(dtype, pl.DataType) or (isinstance(dtype, type) and issubclass(dtype, pl.DataType))
             except TypeError:
