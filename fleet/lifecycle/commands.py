@@ -70,7 +70,7 @@ def smoke(ref: str, echo=click.echo) -> int:
     _start()
     dirs = scraper_dirs()
     with demo_sites_if_bundled():
-        rows = smoking.smoke(discover(dirs), ref, dirs[0], host_store(), echo)
+        rows = smoking.smoke(discover(dirs), ref, dirs, host_store(), echo)
     return EXIT_OK if rows is None else _table(rows, echo)
 
 
