@@ -114,3 +114,23 @@ def test_version_and_usage_errors_in_one_line(fleet_env):
     # `fleet` alone still prints its help
     bare = run_fleet(fleet_env.env)
     assert "Commands:" in bare.stdout + bare.stderr and "fleet: error" not in bare.stderr
+
+
+def test_scan_keeps_where_each_broken_source_is(tmp_path, monkeypatch):
+    """Discovery's own pass (as the sandboxed process runs it), run from inside the scrapers' folder: each broken
+    source keeps the file and line of what is wrong (a helper's, when the helper raised)."""
+    from fleet.scraping.discovery import scan
+
+    (tmp_path / "missing.py").write_text("import polars as pl\n\nimport no_such_module_anywhere\n")
+    (tmp_path / "_helper.py").write_text(HELPER)
+    (tmp_path / "via_helper.py").write_text(VIA_HELPER)
+    (tmp_path / "bad_name.py").write_text(BAD_NAME)
+    (tmp_path / "twin_a.py").write_text(SCRAPER)
+    (tmp_path / "twin_b.py").write_text("\n\n" + SCRAPER)
+    monkeypatch.chdir(tmp_path)
+    where = {s.name: s.where for s in scan([tmp_path])}
+    class_line = next(i for i, ln in enumerate(SCRAPER.splitlines(), 1) if ln.startswith("class "))
+    assert where == {"missing": f"{tmp_path / 'missing.py'}:3", "via_helper": f"{tmp_path / '_helper.py'}:3",
+                     "bad_name": f"{tmp_path / 'bad_name.py'}:{class_line}",
+                     "twin_a": f"{tmp_path / 'twin_a.py'}:{class_line}",
+                     "twin_b": f"{tmp_path / 'twin_b.py'}:{class_line + 2}"}, where

@@ -124,7 +124,8 @@ def _import_site(path: Path, exc: BaseException) -> str | None:
         return f"{exc.filename}:{exc.lineno}"
     folder, site = path.parent.resolve(), None
     for frame in traceback.extract_tb(exc.__traceback__):
-        if frame.lineno and folder in Path(frame.filename).resolve().parents:
+        where = Path(frame.filename)  # "<frozen importlib._bootstrap>" is no file, wherever the cwd is
+        if frame.lineno and where.is_absolute() and folder in where.resolve().parents:
             site = f"{frame.filename}:{frame.lineno}"
     return site
 
