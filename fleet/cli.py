@@ -54,8 +54,32 @@ class _Group(click.Group):
             click.echo(f"fleet: error: {exc}", err=True)
             sys.exit(EXIT_NOTHING)
 
+    def main(self, *args, standalone_mode: bool = True, **kwargs):
+        """A usage error (an unknown option, a missing argument, a bad value) in the same one line, and exit code
+        2, instead of click's block of usage and "Try --help"; `fleet` alone still prints the help."""
+        if not standalone_mode:
+            return super().main(*args, standalone_mode=False, **kwargs)
+        try:
+            rv = super().main(*args, standalone_mode=False, **kwargs)
+        except click.exceptions.NoArgsIsHelpError as exc:
+            click.echo(exc.format_message(), err=True)
+            sys.exit(exc.exit_code)
+        except click.UsageError as exc:
+            where = exc.ctx.command_path if exc.ctx is not None else "fleet"
+            message = " ".join(exc.format_message().split()).rstrip(".")
+            click.echo(f"fleet: error: {where}: {message[:1].lower()}{message[1:]} (see `{where} --help`)", err=True)
+            sys.exit(exc.exit_code)
+        except click.ClickException as exc:
+            click.echo(f"fleet: error: {' '.join(exc.format_message().split())}", err=True)
+            sys.exit(exc.exit_code)
+        except click.Abort:
+            click.echo("Aborted!", err=True)
+            sys.exit(1)
+        sys.exit(rv if isinstance(rv, int) else 0)
+
 
 @click.group(cls=_Group)
+@click.version_option(version=None, package_name="fleet", prog_name="fleet", message="%(prog)s %(version)s")
 def main():
     """fleet: weekly Playwright scrapers as a Dagster asset graph, committed to a Git-LFS data repository."""
     from fleet.config import check_names
@@ -246,16 +270,18 @@ def worker(concurrency, name):
 @click.argument("name")
 @click.argument("url")
 def new_source(name, url):
-    """Write scrapers/NAME.py, a short scraper that opens URL, and its fixture recorded from URL."""
+    """Write NAME.py, a short scraper that opens URL, and its fixture recorded from URL, into FLEET_SCRAPERS_DIR
+    (its first folder), where `fleet run` reads."""
     sys.exit(lifecycle.new_source(name, url))
 
 
 @main.command("test")
 @click.argument("names", nargs=-1)
-def test_cmd(names):
+@click.option("--allow-untested", is_flag=True, help="A source without a fixture is listed, but does not fail.")
+def test_cmd(names, allow_untested):
     """Replay each source (or NAMES) offline from its recorded fixture and check its rows. Exit 0: all pass; 1:
-    some failed; 2: usage error."""
-    sys.exit(lifecycle.test(names))
+    some failed, are broken (do not import or validate) or have no fixture; 2: usage error."""
+    sys.exit(lifecycle.test(names, allow_untested))
 
 
 @main.command()

@@ -1,5 +1,6 @@
 """`fleet smoke --changed-since REF` through real git, Chromium and the weekly runner, against the newsroom demo site:
 exactly the sources a diff touches run, live, once; nothing is committed; a pass lifts a quarantine."""
+import os
 import subprocess
 
 from fleet.demo.newsroom import FRONT as BASE_FRONT
@@ -14,7 +15,11 @@ from fleet_tests.gitremote import log
 assert "from fleet import Scraper, site_url\n" in BASE_FRONT
 FRONT = BASE_FRONT.replace("from fleet import Scraper, site_url\n",
                             "from fleet import Scraper, site_url\n\nfrom ._shared import title_of\n") \
-    .replace("await page.title()", "await title_of(page)")
+    .replace("await page.title()", "await title_of(page)") + '''
+
+def _types():  # never called: what a scraper may import for type hints, from the checkout's .venv
+    import helperlib
+'''
 SHARED = '''from . import _deeper
 
 
@@ -49,13 +54,20 @@ def test_smoke_runs_exactly_the_sources_a_diff_touches(fleet_env):
     _git(repo, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "--allow-empty", "-m", "empty")
     _git(repo, "add", "-A")
     _git(repo, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "scrapers")
-    env = {**fleet_env.env, "FLEET_SCRAPERS_DIR": str(scrapers)}
+    # a virtual environment inside the checkout, on the path, neither committed nor ignored: what front imports
+    # from it changed, but smoke follows imports only inside the scrapers' folder
+    site_packages = repo / ".venv" / "lib" / "python3.11" / "site-packages"
+    (site_packages / "helperlib").mkdir(parents=True)
+    (site_packages / "helperlib" / "__init__.py").write_text("VERSION = 2\n")
+    env = {**fleet_env.env, "FLEET_SCRAPERS_DIR": str(scrapers),
+           "PYTHONPATH": os.pathsep.join([fleet_env.env["PYTHONPATH"], str(site_packages)])}
     remote_before = log(fleet_env.remote)
     with Newsroom() as site:
         env["FLEET_DEMO_URL"] = site.url
 
         none = run_fleet(env, "smoke", "--changed-since", "main")
-        assert none.returncode == 0 and "no source is affected by the changes since main; nothing was run" in none.stdout
+        assert none.returncode == 0, none.stdout + none.stderr
+        assert "no source is affected by the changes since main; nothing was run" in none.stdout
         assert site.hits == []
 
         bad = run_fleet(env, "smoke", "--changed-since", "no-such-ref")

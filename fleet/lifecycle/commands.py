@@ -2,9 +2,13 @@
 each takes the parsed options, prints its lines and returns the exit code (0: all pass, 1: some failed)."""
 from __future__ import annotations
 
+import os
+
 import click
 
+from fleet import config
 from fleet.config import chromium_path, scraper_dirs, settings
+from fleet.errors import FleetError
 from fleet.storage.open import host_store
 
 EXIT_OK, EXIT_PARTIAL = 0, 1
@@ -26,23 +30,42 @@ def _table(rows, echo) -> int:
 
 
 def new_source(name: str, url: str, echo=click.echo) -> int:
+    """Writes into the first folder `fleet run` reads; refused where that is fleet's bundled demo folder, which
+    `fleet run` reads only with the demo sites."""
     from fleet.lifecycle.scaffold import new
 
+    if not config.scrapers_dir_set() and not config.demo_url():
+        raise FleetError("no FLEET_SCRAPERS_DIR is set: `fleet new` writes where `fleet run` reads, and without it "
+                         "that is fleet's bundled demo scrapers; make your folder and point it there "
+                         "(mkdir scrapers && export FLEET_SCRAPERS_DIR=$PWD/scrapers)")
     _start()
-    module, har, expect = new(name, url, scraper_dirs())
-    echo(f"fleet: wrote {module} and {har} ({expect['rows']} row(s)); edit the scraper, then "
-         f"`fleet record {name}` and `fleet test {name}`")
+    dirs = scraper_dirs()
+    module, har, expect = new(name, url, dirs)
+    where = (f"FLEET_SCRAPERS_DIR ({dirs[0]}{', its first folder' if len(dirs) > 1 else ''})"
+             if config.scrapers_dir_set() else f"the bundled scrapers ({dirs[0]})")
+    echo(f"fleet: wrote {module} and {har} ({expect['rows']} row(s)); `fleet run` reads it from {where}; edit the "
+         f"scraper, then `fleet record {name}` and `fleet test {name}`")
     return EXIT_OK
 
 
-def test(names: tuple[str, ...], echo=click.echo) -> int:
+def test(names: tuple[str, ...], allow_untested: bool = False, echo=click.echo) -> int:
+    """A gate: exit 1 when a source fails its replay, is broken (its module does not import or its class does not
+    validate), or has no fixture (unless ``allow_untested``)."""
     from fleet.lifecycle.replay import test_sources
 
     _start()
     rows = test_sources(scraper_dirs(), names)
+    if not rows:
+        echo(f"fleet: no source in {os.pathsep.join(map(str, scraper_dirs()))}; nothing was tested")
+        return EXIT_OK
     code = _table(rows, echo)
-    if not any(r.result != "skip" for r in rows):
-        echo("fleet: no source has a fixture; nothing was tested")
+    untested = [r.source for r in rows if r.result == "untested"]
+    if untested and allow_untested:
+        echo(f"fleet: untested (no fixture), allowed by --allow-untested: {', '.join(untested)}")
+    elif untested:
+        echo(f"fleet: untested (no fixture): {', '.join(untested)}; record each with `fleet record NAME`, or pass "
+             "--allow-untested")
+        code = EXIT_PARTIAL
     return code
 
 
@@ -70,7 +93,7 @@ def smoke(ref: str, echo=click.echo) -> int:
     _start()
     dirs = scraper_dirs()
     with demo_sites_if_bundled():
-        rows = smoking.smoke(discover(dirs), ref, dirs[0], host_store(), echo)
+        rows = smoking.smoke(discover(dirs), ref, dirs, host_store(), echo)
     return EXIT_OK if rows is None else _table(rows, echo)
 
 

@@ -22,7 +22,7 @@ from fleet.weeks import last_complete_week
 @dataclasses.dataclass
 class Checked:
     source: str
-    result: str          # pass | fail | skip (the row of a table, for `fleet test` and `fleet smoke`)
+    result: str          # pass | fail | untested (the row of a table, for `fleet test`, `smoke` and `canary`)
     rows: int
     seconds: float
     detail: str = ""
@@ -79,11 +79,15 @@ def replay(source: Source) -> Checked:
 
 
 def test_sources(dirs: list[Path], names: tuple[str, ...]) -> list[Checked]:
-    sources, named = select(dirs, names)
+    """Each source (or those named) replayed from its fixture; a broken module or class fails at its FILE:LINE
+    (it was never run), a source without a fixture is ``untested``."""
+    sources, _ = select(dirs, names)
     out = []
     for src in sources:
-        if not named and not fixtures.has_fixture(src):
-            out.append(Checked(src.name, "skip", 0, 0.0, f"no fixture; record one with `fleet record {src.name}`"))
+        if src.broken:
+            out.append(Checked(src.name, "fail", 0, 0.0, f"{src.where or src.module_path}: {' '.join(src.error.split())}"))
+        elif not fixtures.has_fixture(src):
+            out.append(Checked(src.name, "untested", 0, 0.0, f"no fixture; record one with `fleet record {src.name}`"))
         else:
             out.append(replay(src))
     return out
@@ -129,6 +133,7 @@ def demo_sites_if_bundled():
 
 def print_table(rows: list[Checked], echo) -> None:
     w = max([20, *(len(r.source) for r in rows)])
-    echo(f"{'source':<{w}} {'result':<6} {'rows':>6} {'seconds':>8}  detail")
+    rw = max([6, *(len(r.result) for r in rows)])
+    echo(f"{'source':<{w}} {'result':<{rw}} {'rows':>6} {'seconds':>8}  detail")
     for r in rows:
-        echo(f"{r.source:<{w}} {r.result:<6} {r.rows:>6} {r.seconds:>8.1f}  {r.detail}")
+        echo(f"{r.source:<{w}} {r.result:<{rw}} {r.rows:>6} {r.seconds:>8.1f}  {r.detail}")

@@ -4,7 +4,6 @@ live, through the weekly runner into a scratch store: nothing is committed or ke
 from __future__ import annotations
 
 import ast
-import importlib.util
 import subprocess
 import tempfile
 from pathlib import Path
@@ -48,35 +47,33 @@ def changed_files(ref: str, cwd: Path) -> tuple[Path, list[Path]]:
     return top, sorted({(top / n).resolve() for n in names if n.strip()})
 
 
-def _module_file(name: str, level: int, here: Path) -> list[Path]:
-    """Files an import may load: relative ones from ``here``'s folder, absolute ones through the import system."""
+def _module_file(name: str, level: int, here: Path, roots: list[Path]) -> list[Path]:
+    """Files of the scrapers' folders ``roots`` an import in ``here`` may load: relative ones from ``here``'s
+    folder, absolute ones from each root. Found by name on disk, never through the import system, which would run
+    the packages' code and look in site-packages (a checkout's .venv made that thousands of files)."""
+    parts = name.split(".") if name else []
     if level:
-        base = here.parent
-        for _ in range(level - 1):
-            base = base.parent
-        parts = name.split(".") if name else []
-        target = base.joinpath(*parts)
-        return [p for p in (target.with_suffix(".py"), target / "__init__.py") if p.exists()]
-    files = []
-    parts = name.split(".")
-    for i in range(1, len(parts) + 1):  # a package's __init__ runs too
-        try:
-            spec = importlib.util.find_spec(".".join(parts[:i]))
-        except (ImportError, ValueError):
-            break
-        if spec is None or not spec.origin or not spec.origin.endswith(".py"):
-            break
-        files.append(Path(spec.origin))
-    return files
+        if level > len(here.parents):
+            return []
+        targets = [here.parents[level - 1].joinpath(*parts)]
+    else:  # a package's __init__ runs too
+        targets = [root.joinpath(*parts[:i]) for root in roots for i in range(1, len(parts) + 1)]
+    files = [t / "__init__.py" for t in targets] + [t.with_suffix(".py") for t in targets if parts]
+    return [f for f in files if f.is_file() and _inside(f.resolve(), roots)]
 
 
-def imported_files(module: Path, top: Path) -> set[Path]:
-    """``module`` and every file of the repository at ``top`` it imports, followed through their imports."""
+def _inside(path: Path, roots: list[Path]) -> bool:
+    return any(r == path or r in path.parents for r in roots) and not {"site-packages", "dist-packages"} & set(path.parts)
+
+
+def imported_files(module: Path, roots: list[Path]) -> set[Path]:
+    """``module`` and every file in the scrapers' folders ``roots`` it imports, followed through their imports."""
+    roots = [r.resolve() for r in roots]
     seen: set[Path] = set()
     todo = [module.resolve()]
     while todo:
         path = todo.pop()
-        if path in seen or top not in path.parents:
+        if path in seen:
             continue
         seen.add(path)
         try:
@@ -85,12 +82,12 @@ def imported_files(module: Path, top: Path) -> set[Path]:
             continue
         for node in ast.walk(tree):
             if isinstance(node, ast.Import):
-                found = [f for a in node.names for f in _module_file(a.name, 0, path)]
+                found = [f for a in node.names for f in _module_file(a.name, 0, path, roots)]
             elif isinstance(node, ast.ImportFrom):
-                found = _module_file(node.module or "", node.level, path)
+                found = _module_file(node.module or "", node.level, path, roots)
                 # `from . import helpers` / `from pkg import sub`: the names may be modules themselves
                 for a in node.names:
-                    found += _module_file(f"{node.module}.{a.name}" if node.module else a.name, node.level, path)
+                    found += _module_file(f"{node.module}.{a.name}" if node.module else a.name, node.level, path, roots)
             else:
                 continue
             todo += [f.resolve() for f in found]
@@ -103,8 +100,9 @@ def _touches_all(path: Path, top: Path) -> bool:
     return path.parent == top and (path.name in PIN_FILES or path.name.startswith(PIN_PREFIXES))
 
 
-def affected(sources: list[Source], ref: str, cwd: Path) -> dict[str, str]:
-    """Each source the changes since ``ref`` touch, with why."""
+def affected(sources: list[Source], ref: str, cwd: Path, roots: list[Path]) -> dict[str, str]:
+    """Each source the changes since ``ref`` touch, with why; imports are followed inside ``roots``, the scrapers'
+    folders."""
     top, changed = changed_files(ref, cwd)
     if not changed:
         return {}
@@ -121,7 +119,7 @@ def affected(sources: list[Source], ref: str, cwd: Path) -> dict[str, str]:
         elif own:
             out[src.name] = f"its fixture {own[0].name} changed"
         else:
-            via = sorted(imported_files(src.module_path, top) & set(changed))
+            via = sorted(imported_files(src.module_path, roots) & set(changed))
             if via:
                 out[src.name] = f"imports {via[0].relative_to(top)}, which changed"
     return out
@@ -144,9 +142,10 @@ def run(sources: list[Source], scratch: Path, lift_store: ArtifactStore | None =
     return out
 
 
-def smoke(sources: list[Source], ref: str, cwd: Path, lift_store: ArtifactStore, echo) -> list[Checked] | None:
-    """The affected sources' results, or None when the diff touches none (then nothing ran)."""
-    hit = affected(sources, ref, cwd)
+def smoke(sources: list[Source], ref: str, roots: list[Path], lift_store: ArtifactStore, echo) -> list[Checked] | None:
+    """The affected sources' results, or None when the diff touches none (then nothing ran); ``roots`` are the
+    scrapers' folders (the first one's repository is diffed)."""
+    hit = affected(sources, ref, roots[0], roots)
     if not hit:
         echo(f"fleet: no source is affected by the changes since {ref}; nothing was run")
         return None

@@ -1,12 +1,14 @@
 """Find scraper modules and their ``Scraper`` subclasses. A broken module becomes a broken source, never a crash."""
 from __future__ import annotations
 
+import ast
 import dataclasses
 import hashlib
 import importlib.util
 import itertools
 import re
 import sys
+import traceback
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -36,6 +38,7 @@ class Source:
     owner: str | None = None  # an email or team:NAME: the asset's owner, and where its alerts go
     volume_warn_ratio: float = 0.5
     volume_error_ratio: float = 0.1
+    where: str | None = None  # of a broken source: FILE:LINE of what is wrong (FILE alone when no line is known)
 
     @property
     def broken(self) -> bool:
@@ -87,6 +90,7 @@ class _Placeholder:
     path: Path
     error: str
     class_name: str | None = None  # None: the whole module is broken
+    where: str | None = None
 
     def sort_key(self) -> tuple[str, str]:
         return str(self.path), self.class_name or ""
@@ -110,7 +114,30 @@ class _Placeholder:
     def source(self, name: str) -> Source:
         return Source(name=name, module_path=self.path, class_name=None,
                       description=f"Broken scraper module {self.path.name}: {self.error.splitlines()[-1]}",
-                      schema=None, key=(), timeout_s=60, error=self.error)
+                      schema=None, key=(), timeout_s=60, error=self.error, where=self.where or str(self.path))
+
+
+def _import_site(path: Path, exc: BaseException) -> str | None:
+    """FILE:LINE where importing ``path`` failed: a syntax error's own place, else the last line run in the
+    scrapers' folder (the module, or a helper of its that raised)."""
+    if isinstance(exc, SyntaxError) and exc.filename and exc.lineno:
+        return f"{exc.filename}:{exc.lineno}"
+    folder, site = path.parent.resolve(), None
+    for frame in traceback.extract_tb(exc.__traceback__):
+        where = Path(frame.filename)  # "<frozen importlib._bootstrap>" is no file, wherever the cwd is
+        if frame.lineno and where.is_absolute() and folder in where.resolve().parents:
+            site = f"{frame.filename}:{frame.lineno}"
+    return site
+
+
+def _class_site(path: Path, class_name: str | None) -> str | None:
+    """FILE:LINE of the top-level class ``class_name`` in ``path``, read with ast (nothing is run)."""
+    try:
+        tree = ast.parse(path.read_text(), str(path))
+    except (OSError, SyntaxError, ValueError):
+        return None
+    line = next((n.lineno for n in tree.body if isinstance(n, ast.ClassDef) and n.name == class_name), None)
+    return f"{path}:{line}" if line else None
 
 
 def _own_classes(module) -> list[tuple[str, type]]:
@@ -158,10 +185,10 @@ def _scan(path: Path, module, sources: list[Source], broken: list[_Placeholder])
                          volume_warn_ratio=float(cls.volume_warn_ratio),
                          volume_error_ratio=float(cls.volume_error_ratio))
         except ScraperDefinitionError as exc:
-            broken.append(_Placeholder(path, f"scraper module {path.name}: {exc}", attr))
+            broken.append(_Placeholder(path, f"scraper module {path.name}: {exc}", attr, _class_site(path, cls.__name__)))
         except Exception as exc:  # anything a class can raise when its attributes are read
             broken.append(_Placeholder(path, f"scraper module {path.name}: scraper class {attr}: "
-                                             f"{type(exc).__name__}: {exc}", attr))
+                                             f"{type(exc).__name__}: {exc}", attr, _class_site(path, cls.__name__)))
         else:
             sources.append(src)
     unnamed = [cls.__name__ for cls in bases if not vars(cls).get("abstract", False)]
@@ -170,7 +197,8 @@ def _scan(path: Path, module, sources: list[Source], broken: list[_Placeholder])
         broken.append(_Placeholder(path, (
             f"scraper module {path.name} defines no source: {', '.join(unnamed)} "
             f"{'sets' if len(unnamed) == 1 else 'set'} no name of its own. A source's name must be a slug "
-            f"matching [a-z][a-z0-9_]*, set in its class; mark a base class with abstract = True")))
+            f"matching [a-z][a-z0-9_]*, set in its class; mark a base class with abstract = True"),
+            where=_class_site(path, unnamed[0])))
 
 
 def discover(dirs: list[Path]) -> list[Source]:
@@ -215,7 +243,8 @@ def scan(dirs: list[Path], skip: Mapping[str, str] | None = None, refuse: str | 
                 if isinstance(exc, KeyboardInterrupt):
                     raise
                 detail = f"{type(exc).__name__}: {exc}"
-                broken.append(_Placeholder(path, f"scraper module {path.name} failed to import: {detail}"))
+                broken.append(_Placeholder(path, f"scraper module {path.name} failed to import: {detail}",
+                                           where=_import_site(path, exc)))
                 continue
             _scan(path, module, found, broken)
 
@@ -230,7 +259,8 @@ def scan(dirs: list[Path], skip: Mapping[str, str] | None = None, refuse: str | 
         # Ambiguous: none of them runs, each fails under its module's name, saying where the twin is.
         where = ", ".join(str(g.module_path) for g in group)
         broken += [_Placeholder(g.module_path, f"scraper name {name!r} is defined more than once ({where}); "
-                                               f"scraper names must be unique", g.class_name) for g in group]
+                                               f"scraper names must be unique", g.class_name,
+                                  _class_site(g.module_path, g.class_name)) for g in group]
     for p in sorted(broken, key=_Placeholder.sort_key):
         name = next(n for n in p.names() if n not in sources)
         sources[name] = p.source(name)
