@@ -25,6 +25,7 @@ from fleet.errors import BlockedError, NavigationError
 from fleet.scraping.contract import ScrapeContext
 from fleet.scraping.discovery import Source, load_module
 from fleet.scraping.politeness import Politeness
+from fleet.engine import failure
 from fleet.engine.chromium import GONE_EVENT_WAIT_S, OwnBrowser, open_browser
 from fleet.engine.evidence import capture, dump_stacks_on_request, start_trace, stop_dumping_stacks, stop_trace
 from fleet.engine.procs import private_tmp
@@ -68,6 +69,7 @@ async def scrape(own: OwnBrowser, spec: dict) -> dict:
     deadline = start + spec["timeout_s"]
     log = logging.getLogger(f"fleet.scraper.{source.name}")
     result: dict = {"status": "failed", "category": "source", "rows": 0, "pages": 0}
+    doctor = False  # whether the source's own locator or selector failed (`fleet doctor` repairs those)
     import datetime as dt
 
     ctx = ScrapeContext(source=source.name, week=dt.date.fromisoformat(spec["week"]), run_id=spec["run_id"],
@@ -175,7 +177,8 @@ async def scrape(own: OwnBrowser, spec: dict) -> dict:
                 result = {"status": "failed", "category": "infra", "error": f"source {source.name}: the browser "
                           f"lost {', '.join(lost)} (killed or crashed): {result['error']}"}
         except Exception as exc:
-            text = f"{type(exc).__name__}: {exc}"
+            text = failure.describe(exc)  # one line: the call, its locator, what went wrong
+            doctor = failure.names_selector(text)
             # Observed, never read from the error's text: a process of the browser gone (a zygote or the network
             # service, which Chromium outlives), or its "disconnected", or the page's "crash"
             lost = own.lost()
@@ -189,6 +192,7 @@ async def scrape(own: OwnBrowser, spec: dict) -> dict:
             # a site that turned fleet away is neither the scraper's bug nor a crash (fleet/policy/taxonomy.py)
             infra = infra or isinstance(exc, SpoolWriteError)
             category = "infra" if infra else "blocked" if isinstance(exc, BlockedError) else "source"
+            doctor = doctor and category == "source"
             result = {"status": "failed", "category": category,
                       "error": str(exc) if isinstance(exc, SpoolWriteError)
                       else text if str(exc).startswith("source ") else f"source {source.name}: {text}",
@@ -205,19 +209,25 @@ async def scrape(own: OwnBrowser, spec: dict) -> dict:
             result = {**result, "status": "failed", "category": "source", "missing": sorted(set(missing)),
                       "traceback": None, "error": f"source {source.name}: not in the fixture: {missing[0]}{more}; "
                                f"re-record with `fleet record {source.name}`"}
-        if result["status"] not in ("ok", "empty"):
+        failed = result["status"] not in ("ok", "empty")
+        if failed and imported:  # before that, the page is the blank one fleet opened
             hard_deadline = start + spec["timeout_s"]  # when the runner kills this process
-            if imported:  # before that, the page is the blank one fleet opened
-                result["evidence"] = await capture(page, evidence_dir, log, hard_deadline - time.monotonic() - 0.7)
-            with contextlib.suppress(OSError):  # a full disk: the result below still says why
-                (evidence_dir / "error.txt").parent.mkdir(parents=True, exist_ok=True)
-                (evidence_dir / "error.txt").write_text(result.get("traceback") or result.get("error", ""))
+            result["evidence"] = await capture(page, evidence_dir, log, hard_deadline - time.monotonic() - 0.7)
         if tracing:  # after the screenshot and page: within what is left before the hard kill
-            failed = result["status"] not in ("ok", "empty")
             trace = await stop_trace(context, spec, failed, log, start + spec["timeout_s"] - time.monotonic() - 1.5)
             if trace:
                 result["evidence"] = {**(result.get("evidence") or {}), "trace": trace}
-        result.update(rows=count, pages=ctx.pages_visited, url=result.get("url") or ctx.last_url,
+        evidence = result.get("evidence") or {}
+        result["url"] = result.get("url") or evidence.get("page_url") or ctx.last_url  # where it failed
+        if result["status"] == "failed" and not missing:
+            result["error"] = failure.one_line(result["error"], source=source.name, week=spec["week"],
+                                               url=result["url"], trace="trace" in evidence, doctor=doctor)
+        if failed:
+            with contextlib.suppress(OSError):  # a full disk: the result below still says why
+                evidence_dir.mkdir(parents=True, exist_ok=True)
+                (evidence_dir / "error.txt").write_text(f"{result.get('error', '')}\nURL: {result['url'] or 'none'}"
+                                                        f"\n\n{result.get('traceback') or ''}")
+        result.update(rows=count, pages=ctx.pages_visited,
                       seconds=round(time.monotonic() - start, 3),
                       domains=ctx.politeness.summary() if ctx.politeness else {})  # robots.txt, 429s: politeness.py
         with contextlib.suppress(Exception):
