@@ -101,3 +101,27 @@ def test_a_chromium_that_hangs_at_launch_is_bounded_infra_and_reexecuted(fleet_e
         assert len(raw_commits) == 1, raw_commits  # the week commits once
     finally:
         shutil.rmtree(flag, ignore_errors=True)
+
+
+def test_a_broken_selectors_line_names_its_call_locator_and_url_and_what_to_run_next(fleet_env):
+    """broken_selector through `fleet demo`: the table's line, the stored outcome's error and error.txt name the
+    failing call, what went wrong, the locator (from Playwright's call log, whose other lines are dropped) and the
+    URL, uncut, and point at `fleet debug` and `fleet doctor`."""
+    res = run_fleet({**fleet_env.env, "FLEET_DEMO_FAULTS": "1"}, "demo", "--week", WEEK, "--force",
+                    "--source", "broken_selector")
+    out = res.stdout + res.stderr
+    store = LocalArtifactStore(fleet_env.home / "artifacts")
+    stored = keys.read_outcome(store, WEEK, "broken_selector")
+    assert (stored["status"], stored["category"]) == ("failed", "source"), stored
+    url = f"/books?week={WEEK}"
+    error = stored["error"]
+    assert "\n" not in error, error
+    for part in ("Locator.wait_for: Timeout 2000ms exceeded", 'waiting for locator("table#book-list-v1 tr.book")',
+                 f"{url}; see `fleet debug broken_selector --week {WEEK}` and `fleet doctor broken_selector`"):
+        assert part in error, error
+    assert "Call log" not in error, error
+    [line] = [x for x in out.splitlines() if x.startswith("broken_selector ") and " source " in x]
+    assert line.endswith(error), line  # the table's line, whole
+    text = (store.local_dir(WEEK, keys.evidence_key("broken_selector")) / "error.txt").read_text()
+    assert text.startswith(error + "\nURL: http://") and url in text.splitlines()[1], text[:500]
+    assert "Traceback" in text, text[:500]

@@ -95,8 +95,8 @@ def print_status(rows, echo=click.echo) -> None:
     echo(f"{'source':<{w}} {'status':<11} {'category':<8} {'rows':>6} {'seconds':>8} {'attempts':>8}  {'host':<16}  detail")
     for r in rows:
         detail = r.note or ""
-        if r.error:
-            detail = (detail + "; " if detail else "") + r.error.strip().splitlines()[0][:140]
+        if r.error:  # whole: a failed source's line names its call, locator and URL, then what to run next
+            detail = (detail + "; " if detail else "") + r.error.strip().splitlines()[0]
         echo(f"{r.source:<{w}} {r.status:<11} {(r.category or '-'):<8} {r.rows:>6} {r.seconds:>8.1f} {r.attempts:>8}  "
              f"{(r.host or '-'):<16}  {detail}")
 

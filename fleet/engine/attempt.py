@@ -11,35 +11,28 @@ import ctypes
 import json
 import logging
 import os
-import shlex
-import shutil
 import signal
 import sys
-import tempfile
 import time
 import traceback
 from pathlib import Path
 
 from playwright.async_api import Error as PlaywrightError
 from playwright.async_api import TimeoutError as PlaywrightTimeoutError
-from playwright.async_api import async_playwright
 
 from fleet import config
-from fleet.config import CHROMIUM_ARGS, chromium_sandbox
 from fleet.errors import BlockedError, NavigationError
 from fleet.scraping.contract import ScrapeContext
 from fleet.scraping.discovery import Source, load_module
 from fleet.scraping.politeness import Politeness
+from fleet.engine import failure
+from fleet.engine.chromium import GONE_EVENT_WAIT_S, OwnBrowser, open_browser
 from fleet.engine.evidence import capture, dump_stacks_on_request, start_trace, stop_dumping_stacks, stop_trace
 from fleet.engine.procs import private_tmp
 from fleet.scraping.retry import RetryPolicy
 from fleet.storage import provenance
 from fleet.storage.frames import add_unique, encode_row, validate_row
 from fleet.storage.faults import disk_full
-
-# How long a Playwright error waits for the browser's own word (its "disconnected" event, the page's "crash", the
-# exit status of a Chromium that ended) before it counts as the scraper's: they can come just after the error.
-GONE_EVENT_WAIT_S = 2.0
 
 
 def _die_with_parent() -> None:
@@ -49,63 +42,6 @@ def _die_with_parent() -> None:
         libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
     except OSError:
         pass
-
-
-# Chromium runs under this script, so that how it ended is known: Playwright's driver is its parent and reaps
-# it, and a browser closed on request (exit status 0) and one that crashed or was killed both only
-# "disconnect". A scraper can reach the browser (page.context.browser) and close it: that is its bug, not a crash.
-EXIT_RECORDER = """#!/bin/sh
-{chromium} "$@"
-status=$?
-echo "$status" > {exit_path}
-exit "$status"
-"""
-
-
-class OwnBrowser:
-    """The process's Chromium, launched through Playwright, and the file its exit status is written to."""
-
-    def __init__(self, browser, exit_path: Path):
-        self.browser, self.exit_path = browser, exit_path
-
-    def is_connected(self) -> bool:
-        return self.browser.is_connected()
-
-    async def closed_on_request(self) -> bool:
-        """Whether Chromium, now gone, exited cleanly: something closed it with ``browser.close()``. Killed or
-        crashed, it leaves another status, or none (its recorder was killed with it)."""
-        deadline = time.monotonic() + GONE_EVENT_WAIT_S
-        while not self.exit_path.exists() and time.monotonic() < deadline:
-            await asyncio.sleep(0.05)
-        try:
-            return self.exit_path.read_text().strip() == "0"
-        except OSError:
-            return False
-
-
-@contextlib.asynccontextmanager
-async def open_browser(chromium: str, node_cache: str | None = None):
-    """Playwright's driver and a Chromium of this process's own (an :class:`OwnBrowser`), for the ``async with``."""
-    if node_cache:
-        # Node keeps the driver's compiled code here between processes (Node >= 22): part of every driver start
-        config.export(overwrite=False, NODE_COMPILE_CACHE=node_cache)
-    folder = Path(tempfile.mkdtemp(prefix="fleet-browser-"))  # in the process's private TMPDIR
-    try:
-        recorder = folder / "chromium"
-        recorder.write_text(EXIT_RECORDER.format(chromium=shlex.quote(chromium),
-                                                 exit_path=shlex.quote(str(folder / "exit-status"))))
-        recorder.chmod(0o700)
-        async with async_playwright() as pw:
-            # Chromium's own sandbox when fleet/engine/sandbox.py found it possible (never as root)
-            browser = await pw.chromium.launch(executable_path=str(recorder), headless=True, args=list(CHROMIUM_ARGS),
-                                               chromium_sandbox=chromium_sandbox())
-            try:
-                yield OwnBrowser(browser, folder / "exit-status")
-            finally:
-                with contextlib.suppress(Exception):
-                    await asyncio.wait_for(browser.close(), 10)
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
 
 
 async def run(spec: dict) -> dict:
@@ -133,6 +69,7 @@ async def scrape(own: OwnBrowser, spec: dict) -> dict:
     deadline = start + spec["timeout_s"]
     log = logging.getLogger(f"fleet.scraper.{source.name}")
     result: dict = {"status": "failed", "category": "source", "rows": 0, "pages": 0}
+    doctor = False  # whether the source's own locator or selector failed (`fleet doctor` repairs those)
     import datetime as dt
 
     ctx = ScrapeContext(source=source.name, week=dt.date.fromisoformat(spec["week"]), run_id=spec["run_id"],
@@ -156,16 +93,20 @@ async def scrape(own: OwnBrowser, spec: dict) -> dict:
         context = None
         missing: list[str] = []  # what a replay asked for that its HAR does not hold
         try:
+            lost = own.watch()  # between sources, or as this one's page opened: fleet's side, not the source's
             context = await open_context(browser, spec, missing)
             tracing = await start_trace(context, spec, log)  # never raises: the attempt goes on without a trace
             page = await context.new_page()
+            lost += own.watch()
+            if lost:
+                raise BrowserGone(f"the browser lost {', '.join(lost)}")
         except Exception as exc:  # no scraper code has run: the browser is gone, or will not give it a context
             died = await _browser_died(browser, gone, exc)  # its "disconnected" can come just after the error
             if context is not None:
                 with contextlib.suppress(Exception):
                     await asyncio.wait_for(context.close(), 5)
             return failure_result(spec, exc, "infra", "the browser crashed before the source's context opened"
-                                  if died else "the browser did not open a context")
+                                  if died or isinstance(exc, BrowserGone) else "the browser did not open a context")
         page.on("crash", on_gone)
         fetched: list = [None]
         page.on("framenavigated", lambda frame: frame == page.main_frame and fetched.__setitem__(0, provenance.now()))
@@ -231,9 +172,18 @@ async def scrape(own: OwnBrowser, spec: dict) -> dict:
                         spec["run_id"], source.name)
             result = {"status": "timeout", "category": "source",
                       "error": f"source {source.name}: timed out after {spec['timeout_s']:g}s (timeout_s)"}
+            lost = own.lost()  # a page that waited on a renderer no zygote would start
+            if lost:
+                result = {"status": "failed", "category": "infra", "error": f"source {source.name}: the browser "
+                          f"lost {', '.join(lost)} (killed or crashed): {result['error']}"}
         except Exception as exc:
-            text = f"{type(exc).__name__}: {exc}"
-            died = await _browser_died(browser, gone, exc)
+            text = failure.describe(exc)  # one line: the call, its locator, what went wrong
+            doctor = failure.names_selector(text)
+            # Observed, never read from the error's text: a process of the browser gone (a zygote or the network
+            # service, which Chromium outlives), or its "disconnected", or the page's "crash"
+            lost = own.lost()
+            died = bool(lost) or await _browser_died(browser, gone, exc)
+            crashed = gone.is_set() or not browser.is_connected()  # rather than only lost a helper
             # fleet closes the browser only between sources: a clean close now was the scraper's
             closed_by_scraper = died and not browser.is_connected() and await own.closed_on_request()
             infra = died and not closed_by_scraper
@@ -242,6 +192,7 @@ async def scrape(own: OwnBrowser, spec: dict) -> dict:
             # a site that turned fleet away is neither the scraper's bug nor a crash (fleet/policy/taxonomy.py)
             infra = infra or isinstance(exc, SpoolWriteError)
             category = "infra" if infra else "blocked" if isinstance(exc, BlockedError) else "source"
+            doctor = doctor and category == "source"
             result = {"status": "failed", "category": category,
                       "error": str(exc) if isinstance(exc, SpoolWriteError)
                       else text if str(exc).startswith("source ") else f"source {source.name}: {text}",
@@ -251,25 +202,32 @@ async def scrape(own: OwnBrowser, spec: dict) -> dict:
                 if exc.status is not None:
                     result["http_status"] = exc.status
             if infra and not isinstance(exc, SpoolWriteError):
-                result["error"] = f"source {source.name}: the browser crashed: {text}"
+                how = f"lost {', '.join(lost)} (killed or crashed)" if lost and not crashed else "crashed"
+                result["error"] = f"source {source.name}: the browser {how}: {text}"
         if missing:  # the replay lacked what the page needs: that, not the scraper's error it led to, is the cause
             more = f" (and {len(set(missing)) - 1} more)" if len(set(missing)) > 1 else ""
             result = {**result, "status": "failed", "category": "source", "missing": sorted(set(missing)),
                       "traceback": None, "error": f"source {source.name}: not in the fixture: {missing[0]}{more}; "
                                f"re-record with `fleet record {source.name}`"}
-        if result["status"] not in ("ok", "empty"):
+        failed = result["status"] not in ("ok", "empty")
+        if failed and imported:  # before that, the page is the blank one fleet opened
             hard_deadline = start + spec["timeout_s"]  # when the runner kills this process
-            if imported:  # before that, the page is the blank one fleet opened
-                result["evidence"] = await capture(page, evidence_dir, log, hard_deadline - time.monotonic() - 0.7)
-            with contextlib.suppress(OSError):  # a full disk: the result below still says why
-                (evidence_dir / "error.txt").parent.mkdir(parents=True, exist_ok=True)
-                (evidence_dir / "error.txt").write_text(result.get("traceback") or result.get("error", ""))
+            result["evidence"] = await capture(page, evidence_dir, log, hard_deadline - time.monotonic() - 0.7)
         if tracing:  # after the screenshot and page: within what is left before the hard kill
-            failed = result["status"] not in ("ok", "empty")
             trace = await stop_trace(context, spec, failed, log, start + spec["timeout_s"] - time.monotonic() - 1.5)
             if trace:
                 result["evidence"] = {**(result.get("evidence") or {}), "trace": trace}
-        result.update(rows=count, pages=ctx.pages_visited, url=result.get("url") or ctx.last_url,
+        evidence = result.get("evidence") or {}
+        result["url"] = result.get("url") or evidence.get("page_url") or ctx.last_url  # where it failed
+        if result["status"] == "failed" and not missing:
+            result["error"] = failure.one_line(result["error"], source=source.name, week=spec["week"],
+                                               url=result["url"], trace="trace" in evidence, doctor=doctor)
+        if failed:
+            with contextlib.suppress(OSError):  # a full disk: the result below still says why
+                evidence_dir.mkdir(parents=True, exist_ok=True)
+                (evidence_dir / "error.txt").write_text(f"{result.get('error', '')}\nURL: {result['url'] or 'none'}"
+                                                        f"\n\n{result.get('traceback') or ''}")
+        result.update(rows=count, pages=ctx.pages_visited,
                       seconds=round(time.monotonic() - start, 3),
                       domains=ctx.politeness.summary() if ctx.politeness else {})  # robots.txt, 429s: politeness.py
         with contextlib.suppress(Exception):
@@ -332,11 +290,21 @@ async def _browser_died(browser, gone: asyncio.Event, exc: BaseException) -> boo
     gets the same "Target page, context or browser has been closed" as one whose browser died. The events may
     arrive just after the error, so a Playwright error other than its timeout (a call on a closed target raises
     one) waits up to ``GONE_EVENT_WAIT_S`` for them."""
-    waits = isinstance(exc, PlaywrightError) and not isinstance(exc, PlaywrightTimeoutError)
+    waits = any(isinstance(e, PlaywrightError) and not isinstance(e, PlaywrightTimeoutError) for e in _chain(exc))
     if not gone.is_set() and browser.is_connected() and waits:
         with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(gone.wait(), GONE_EVENT_WAIT_S)
     return gone.is_set() or not browser.is_connected()
+
+
+def _chain(exc: BaseException | None):
+    """``exc`` and the exceptions it was raised from or during: ``ctx.goto`` raises a NavigationError from
+    Playwright's (a renderer killed mid-navigation fails it with ``net::ERR_ABORTED`` before the "crash")."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        yield exc
+        exc = exc.__cause__ or exc.__context__
 
 
 class SoftDeadline(Exception):

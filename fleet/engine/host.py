@@ -138,11 +138,15 @@ async def _serve_one(conn: socket.socket, browser: attempt.OwnBrowser, served: i
         attempt.write_result(spec, result)
         await asyncio.sleep(0)
         left, group = _left_behind(tasks_before, threads_before, processes_before)
-        stays = (result.get("status") in ("ok", "empty") and browser.is_connected() and not left
+        lost = browser.lost()  # a zygote or network service gone: the next source's pages would fail
+        stays = (result.get("status") in ("ok", "empty") and browser.is_connected() and not left and not lost
                  and served + 1 < cap)
         if left:
             print(f"browser host {os.getpid()}: the scraper left {', '.join(left)} running; this browser host will not "
                   f"be reused", file=out)
+        if lost:
+            print(f"browser host {os.getpid()}: its browser lost {', '.join(lost)}; this browser host will not be "
+                  f"reused", file=out)
         out.write(f"\n{DONE} {'reuse' if stays else 'retire'}\n")
         out.flush()
     finally:

@@ -8,7 +8,8 @@ each in-run retry after a crash that started (``STEP_RESTARTED``), and each reru
 asset checks the same count when a re-execution starts and fails without retry once it is spent
 (:func:`budget_exhausted`), so neither a rerun run's own retry policy nor a second ``fleet run`` of the week
 gets N more. One policy, two drivers: the run-status sensor and ``fleet run`` both call :func:`next_action`.
-``infra``  the step's process died without reporting, never finished, never started in a failed run, or the browser crashed.
+``infra``  the step's process died without reporting, never finished, never started in a failed run, or the browser crashed
+           or lost a process (its renderer, a zygote, the network service: observed by fleet/engine/chromium.py).
 ``source`` the scraper reported a failure: its exception, its timeout, bad rows, navigation after retries.
 ``refused`` the step did not scrape: its week was past when the run was created, without stored rows to reuse
 (fleet/policy/pastweek.py). Nothing crashed and the source is not at fault: never re-executed, never
