@@ -103,7 +103,7 @@ def status(week: str, echo=click.echo) -> int:
     commits, what the store holds, and the sources carried forward or in quarantine."""
     from fleet.defs.assets import QUALITY_CHECK, SOURCE_CHECKS
     from fleet.defs.instance import get_instance
-    from fleet.policy.status import failed_checks, week_status
+    from fleet.policy.status import failed_checks, skipped_checks, week_status
     from fleet.publish.week import describe
     from fleet.storage import store as keys
 
@@ -117,6 +117,10 @@ def status(week: str, echo=click.echo) -> int:
     echo(f"checks: {len(failed)} failed" + (":" if failed else ""))
     for c in failed:
         echo(f"  {c.severity:<5} {c.source:<20} {c.check:<10} {(c.message.splitlines() or [''])[0][:140]}")
+    skipped = skipped_checks(instance, week, names, QUALITY_CHECK, SOURCE_CHECKS)
+    echo(f"checks skipped: {len(skipped)}" + (":" if skipped else ""))
+    for c in skipped:
+        echo(f"  {c.source:<20} {c.check:<10} skipped: {c.message}")
     for stage in ("raw", "processed"):
         rec = store.read_json(week, keys.commit_key(stage))
         lfs = f"  (added {mb(rec['lfs_bytes'])} of LFS storage)" if (rec or {}).get("lfs_bytes") else ""

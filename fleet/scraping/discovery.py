@@ -36,6 +36,7 @@ class Source:
     owner: str | None = None  # an email or team:NAME: the asset's owner, and where its alerts go
     volume_warn_ratio: float = 0.5
     volume_error_ratio: float = 0.1
+    optional: tuple[str, ...] = ()  # columns that may be null in any share of rows (fleet/quality/baseline.py)
 
     @property
     def broken(self) -> bool:
@@ -156,7 +157,7 @@ def _scan(path: Path, module, sources: list[Source], broken: list[_Placeholder])
                          carry_forward_weeks=cls.carry_forward_weeks, obey_robots=cls.obey_robots,
                          obey_robots_reason=cls.obey_robots_reason, owner=cls.owner,
                          volume_warn_ratio=float(cls.volume_warn_ratio),
-                         volume_error_ratio=float(cls.volume_error_ratio))
+                         volume_error_ratio=float(cls.volume_error_ratio), optional=tuple(cls.optional))
         except ScraperDefinitionError as exc:
             broken.append(_Placeholder(path, f"scraper module {path.name}: {exc}", attr))
         except Exception as exc:  # anything a class can raise when its attributes are read
