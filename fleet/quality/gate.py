@@ -1,6 +1,7 @@
 """The quality gate before the commit: a source whose week fails a blocking check (schema drift, a volume collapse
-below its ERROR ratio, 10% of the trailing median by default, or a coverage drop: selector rot) is held out of the
-week's commit as a failed source is. Its rows stay stored; ``fleet release`` or the run tag ``fleet/release``
+below its ERROR ratio, 10% of the trailing median by default, or a coverage drop: selector rot; in a source's first
+weeks, against its fixture or schema: fleet/quality/baseline.py) is held out of the week's commit as a failed
+source is. Its rows stay stored; ``fleet release`` or the run tag ``fleet/release``
 on a publish run commits them, with a note."""
 from __future__ import annotations
 
