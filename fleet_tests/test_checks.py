@@ -240,6 +240,24 @@ def test_with_two_weeks_of_history_the_fixture_no_longer_judges(store, tmp_path)
     assert res["coverage"].message == "column coverage as usual" and not res["coverage"].skipped
 
 
+def test_weeks_the_gate_held_are_not_history_until_released(store):
+    """A new source's all-null price, held in its first two weeks, must not become its usual in the third."""
+    import dataclasses
+
+    from fleet.quality import gate
+
+    for i in range(2):
+        put(store, week(i), frame(50, price_filled=0.0))
+        held = run(store, week(i), frame(50, price_filled=0.0))
+        assert not held["coverage"].passed
+        store.write_json(week(i), checks.checks_key(SRC), [dataclasses.asdict(o) for o in held.values()])
+    assert checks.history(store, SRC, week(2)) == []
+    res = run(store, week(2), frame(50, price_filled=0.0))
+    assert not res["coverage"].passed and res["coverage"].skipped.startswith("0 weeks of history, needs 2;")
+    gate.release(store, week(0), [SRC], by="test", note="price is really unknown")
+    assert [p["week"] for p in checks.history(store, SRC, week(2))] == [week(0)]
+
+
 def test_first_week_failures_the_gate_holds(store, tmp_path):
     """Which first-week failures block: coverage (as always), and a volume below the ERROR ratio of the fixture's
     rows; a WARN volume is alerted and committed."""

@@ -38,8 +38,9 @@ from typing import Any, Mapping
 import polars as pl
 
 from fleet.quality import baseline as first_weeks
+from fleet.quality import gate
 from fleet.quality.outcome import (  # noqa: F401  (CheckOutcome: fleet.quality.checks.CheckOutcome, as ever)
-    COVERAGE_DROP, HISTORY_WEEKS, MIN_HISTORY, CheckOutcome, short_history,
+    COVERAGE_DROP, HISTORY_WEEKS, MIN_HISTORY, CheckOutcome, checks_key, short_history,
 )
 from fleet.quality.outcome import fmt_num as _fmt_num, pct as _pct, weeks_text as _weeks_text
 from fleet.storage import provenance
@@ -52,11 +53,6 @@ _WEEK_RE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
 
 def profile_key(source: str) -> str:
     return f"raw/{source}.profile.json"
-
-
-def checks_key(source: str) -> str:
-    """Where the raw step stores the source's check results for the week (read by alerts and the quality gate)."""
-    return f"raw/{source}.checks.json"
 
 
 # --------------------------------------------------------------------------------------------------- profiles
@@ -134,14 +130,16 @@ def _store_weeks(store: ArtifactStore) -> list[str]:
 def history(store: ArtifactStore, source: str, week: str, weeks: int = HISTORY_WEEKS) -> list[dict]:
     """Profiles of the source's last ``weeks`` successful weeks strictly before ``week``, newest first.
 
-    Successful = outcome status ok/partial and the raw artifact exists. Each profile gets a ``"week"`` key. A week
-    without a stored profile is profiled from its parquet file, and the profile is stored for next time.
+    Successful = outcome status ok/partial and the raw artifact exists, and not held by the quality gate (unless
+    released): rows judged wrong are not what is usual, or a new source's all-null column, held in its first two
+    weeks, would be the usual from its third. Each profile gets a ``"week"`` key. A week without a stored profile
+    is profiled from its parquet file, and the profile is stored for next time.
     """
     found: list[dict] = []
     for w in reversed(_store_weeks(store)):
         if len(found) >= weeks:
             break
-        if w >= week or not _successful(store, w, source):
+        if w >= week or not _successful(store, w, source) or gate.held(store, w, source):
             continue
         prof = store.read_json(w, profile_key(source))
         if not isinstance(prof, dict) or "rows" not in prof:

@@ -1,5 +1,5 @@
-"""One check's result, and what the per-source checks share: how much history they need, the coverage threshold,
-and the wording of their figures."""
+"""One check's result, where a source's week keeps them, and what the per-source checks share: how much history
+they need, the coverage threshold, and the wording of their figures."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -19,6 +19,11 @@ class CheckOutcome:
     # why the check's usual judgement was not made this week (and what judged instead), "" when it was: `fleet
     # status` and the UI list it, so a check that could not look is never mistaken for one that looked and passed
     skipped: str = ""
+
+
+def checks_key(source: str) -> str:
+    """Where the raw step stores the source's check results for the week (read by alerts and the quality gate)."""
+    return f"raw/{source}.checks.json"
 
 
 def fmt_num(x: float) -> str:
