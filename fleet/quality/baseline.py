@@ -23,7 +23,6 @@ class Baseline:
     origin: str                                 # "fixture" | "schema"
     rows: int | None = None                     # the fixture's row count; None: the schema sets none
     fill: dict = field(default_factory=dict)    # the fixture's share of non-null values per column
-    where: str = ""                             # the fixture file
     unusable: str = ""                          # why a fixture that is there could not be used
 
 
@@ -46,7 +45,7 @@ def for_source(source) -> Baseline:
         if data.get("fleet_fixture") != fixtures.FORMAT or data.get("source") != source.name:
             raise ValueError(f"not a format-{fixtures.FORMAT} fixture of source {source.name}")
         fill = {str(c): float(v) for c, v in (expect.get("fill") or {}).items()}
-        return Baseline("fixture", int(expect["rows"]), fill, str(path))
+        return Baseline("fixture", int(expect["rows"]), fill)
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
         return schema_only(f"the fixture {path} is unreadable ({type(exc).__name__}: {exc}); record it again "
                            f"with `fleet record {source.name}`")
