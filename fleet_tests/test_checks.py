@@ -4,7 +4,7 @@ import datetime as dt
 import polars as pl
 import pytest
 
-from fleet.quality import checks
+from fleet.quality import baseline, checks
 from fleet.storage import store as keys
 from fleet.storage.store import LocalArtifactStore
 
@@ -117,13 +117,159 @@ def test_coverage_shape_change_in_string_column(store):
 
 
 @pytest.mark.parametrize("n_weeks", [0, 1])
-def test_not_enough_history_skips(store, n_weeks):
+def test_too_little_history_is_judged_against_the_schema_and_says_what_it_skipped(store, n_weeks):
+    """Before, a source with fewer than 2 weeks had its volume and coverage skipped, and an all-null `price`
+    passed: with no fixture, a declared column null in (nearly) all rows fails in the first week."""
     w = with_history(store, (50,) * n_weeks)
-    res = run(store, w, frame(2, price_filled=0.0))
+    res = run(store, w, frame(20, price_filled=0.0))
     text = "0 weeks" if n_weeks == 0 else "1 week"
+    cov, vol = res["coverage"], res["volume"]
+    assert (cov.passed, cov.severity) == (False, "WARN")
+    assert cov.message == ("selector rot suspected: column `price` is null in 20 of 20 rows; a declared column must "
+                           "be filled in at least 5% of rows, or be named in the scraper's `optional`")
+    assert cov.skipped == f"{text} of history, needs 2; fill judged against the declared schema instead, value shape not judged"
+    assert cov.metadata["coverage/price"] == 0.0 and cov.metadata["history_weeks"] == n_weeks
+    assert vol.passed and vol.skipped == (f"{text} of history, needs 2; no fixture to judge the row count against "
+                                          "(`fleet record` records one)")
+    assert vol.message == "skipped: " + vol.skipped
+    assert not res["non_empty"].skipped and not res["schema"].skipped
+
+
+@pytest.mark.parametrize("filled, passed", [(1.0, True), (0.1, True), (0.05, True), (0.04, False), (0.0, False)])
+def test_first_week_without_a_fixture_fails_only_a_nearly_empty_column(store, filled, passed):
+    res = run(store, week(0), frame(100, price_filled=filled))
+    assert res["coverage"].passed is passed, res["coverage"].message
+    if passed:
+        assert res["coverage"].message == "every declared column filled in at least 5% of rows"
+
+
+def test_an_optional_column_may_be_empty_from_the_first_week_and_drop_later(store):
+    res = {o.name: o for o in checks.source_checks(SRC, SCHEMA, frame(20, price_filled=0.0), [],
+                                                   optional=("price",))}
+    assert res["coverage"].passed and res["coverage"].metadata["coverage/price"] == 0.0
+    w = with_history(store, (100, 100, 100, 100))  # usually 99% filled; an optional column's drop is no rot
+    past = checks.history(store, SRC, w)
+    res = {o.name: o for o in checks.source_checks(SRC, SCHEMA, frame(100, price_filled=0.1), past,
+                                                   optional=("price",))}
+    assert res["coverage"].passed and res["coverage"].message == "column coverage as usual"
+    assert not res["coverage"].skipped
+    # a required column's drop still is
+    res = run(store, w, frame(100, price_filled=0.1))
+    assert not res["coverage"].passed
+
+
+def fixture(tmp_path, expect: dict | str, name: str = SRC):
+    """A discovered source with a fixture expectation next to its module (fleet/lifecycle/fixtures.py's layout)."""
+    import json
+
+    from fleet.lifecycle import fixtures
+    from fleet.scraping.discovery import Source
+
+    source = Source(name=name, module_path=tmp_path / "scrapers" / f"{name}.py", class_name="X", description="",
+                    schema=SCHEMA, key=("sku",), timeout_s=60)
+    path = fixtures.meta_path(source)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(expect if isinstance(expect, str) else json.dumps(
+        {"fleet_fixture": fixtures.FORMAT, "source": name, "week": week(0), "demo_url": None, "expect": expect}))
+    return source
+
+
+def first_week(source, df, **kw):
+    base = baseline.for_source(source)
+    return {o.name: o for o in checks.source_checks(source.name, SCHEMA, df, [], baseline=base, **kw)}
+
+
+def test_first_week_is_judged_against_the_fixture(tmp_path):
+    source = fixture(tmp_path, {"rows": 100, "fill": {"sku": 1.0, "title": 1.0, "price": 0.9}})
+    res = first_week(source, frame(95, price_filled=0.75))  # 15 points below the fixture: as usual
+    assert all(o.passed for o in res.values()), [o.message for o in res.values()]
+    assert res["volume"].message == "volume normal: 95 rows, the fixture 100"
+    assert res["volume"].skipped == "0 weeks of history, needs 2; rows judged against the fixture instead"
+    assert res["coverage"].message == "column coverage as the fixture's"
+    assert res["coverage"].metadata["fixture_coverage/price"] == 0.9
+    assert res["coverage"].skipped == ("0 weeks of history, needs 2; fill judged against the fixture instead, value "
+                                       "shape not judged")
+
+    res = first_week(source, frame(100, price_filled=0.6))  # more than 20 points below
+    assert (res["coverage"].passed, res["coverage"].severity) == (False, "WARN")
+    assert res["coverage"].message == "selector rot suspected: column `price` filled in 60% of rows, the fixture 90%"
+
+
+@pytest.mark.parametrize("rows, passed, severity", [(60, True, "WARN"), (40, False, "WARN"), (9, False, "ERROR")])
+def test_first_week_rows_far_below_the_fixture_collapse_as_volume(tmp_path, rows, passed, severity):
+    source = fixture(tmp_path, {"rows": 100, "fill": {}})
+    vol = first_week(source, frame(rows))["volume"]
+    assert (vol.passed, vol.severity) == (passed, severity)
+    if not passed:
+        assert vol.message == f"volume collapse: {rows} rows, the fixture 100"
+        assert vol.metadata["fixture_rows"] == 100 and vol.metadata["ratio"] == rows / 100
+
+
+def test_a_fixture_that_expects_an_empty_column_allows_it(tmp_path):
+    """The shops fixture: `rating` is filled only by deep runs, recorded at 0%."""
+    source = fixture(tmp_path, {"rows": 20, "fill": {"sku": 1.0, "title": 1.0, "price": 0.0}})
+    assert first_week(source, frame(20, price_filled=0.0))["coverage"].passed
+
+
+def test_a_column_the_fixture_does_not_know_is_judged_against_the_schema(tmp_path):
+    source = fixture(tmp_path, {"rows": 20, "fill": {"sku": 1.0, "title": 1.0}})
+    cov = first_week(source, frame(20, price_filled=0.0))["coverage"]
+    assert not cov.passed and "column `price` is null in 20 of 20 rows" in cov.message
+
+
+@pytest.mark.parametrize("text, why", [
+    ("{not json", "JSONDecodeError"),
+    ('{"fleet_fixture": 1, "source": "other", "expect": {"rows": 3}}', "not a format-1 fixture of source book_prices"),
+    ('{"fleet_fixture": 1, "source": "book_prices"}', "KeyError"),
+])
+def test_an_unreadable_fixture_falls_back_to_the_schema_and_says_so(tmp_path, text, why):
+    source = fixture(tmp_path, text)
+    res = first_week(source, frame(20, price_filled=0.0))
+    assert not res["coverage"].passed
     for name in ("volume", "coverage"):
-        assert res[name].passed
-        assert res[name].message == f"not enough history ({text}); check skipped"
+        assert f"the fixture {tmp_path / 'scrapers' / 'fixtures'}/book_prices.fixture.json is unreadable (" in \
+            res[name].skipped and why in res[name].skipped and "`fleet record book_prices`" in res[name].skipped
+
+
+def test_with_two_weeks_of_history_the_fixture_no_longer_judges(store, tmp_path):
+    source = fixture(tmp_path, {"rows": 1000, "fill": {"price": 1.0}})
+    w = with_history(store, (50, 50))
+    res = {o.name: o for o in checks.source_checks(SRC, SCHEMA, frame(50), checks.history(store, SRC, w),
+                                                   baseline=baseline.for_source(source))}
+    assert res["volume"].message == "volume normal: 50 rows, usual 50" and not res["volume"].skipped
+    assert res["coverage"].message == "column coverage as usual" and not res["coverage"].skipped
+
+
+def test_weeks_the_gate_held_are_not_history_until_released(store):
+    """A new source's all-null price, held in its first two weeks, must not become its usual in the third."""
+    import dataclasses
+
+    from fleet.quality import gate
+
+    for i in range(2):
+        put(store, week(i), frame(50, price_filled=0.0))
+        held = run(store, week(i), frame(50, price_filled=0.0))
+        assert not held["coverage"].passed
+        store.write_json(week(i), checks.checks_key(SRC), [dataclasses.asdict(o) for o in held.values()])
+    assert checks.history(store, SRC, week(2)) == []
+    res = run(store, week(2), frame(50, price_filled=0.0))
+    assert not res["coverage"].passed and res["coverage"].skipped.startswith("0 weeks of history, needs 2;")
+    gate.release(store, week(0), [SRC], by="test", note="price is really unknown")
+    assert [p["week"] for p in checks.history(store, SRC, week(2))] == [week(0)]
+
+
+def test_first_week_failures_the_gate_holds(store, tmp_path):
+    """Which first-week failures block: coverage (as always), and a volume below the ERROR ratio of the fixture's
+    rows; a WARN volume is alerted and committed."""
+    import dataclasses
+
+    from fleet.quality import gate
+
+    for rows, price, held in ((100, 1.0, []), (40, 1.0, []), (5, 1.0, ["volume"]), (100, 0.0, ["coverage"])):
+        source = fixture(tmp_path, {"rows": 100, "fill": {"price": 1.0}})
+        res = first_week(source, frame(rows, price_filled=price))
+        store.write_json(week(0), checks.checks_key(SRC), [dataclasses.asdict(o) for o in res.values()])
+        assert [c["name"] for c in gate.blocking_failures(store, week(0), SRC)] == held
 
 
 def test_empty_frame(store):
@@ -230,3 +376,20 @@ def test_total_volume(store):
     assert tot["passed"] and tot["message"] == "not enough history (1 week); check skipped"
     tot = by(checks.week_checks(store, week(3), [SRC, "b"]), "total_volume")
     assert tot["passed"] and tot["message"] == "total volume normal: 100 rows across 2 sources, usual 100"
+
+
+def test_optional_is_validated_and_reaches_the_source(tmp_path):
+    from fleet.scraping.discovery import discover
+
+    head = "import polars as pl\nfrom fleet import Scraper\n\n\nclass S(Scraper):\n"
+    body = ("    schema = {'sku': pl.String, 'discount': pl.Float64}\n    key = ('sku',)\n"
+            "    async def scrape(self, page, ctx):\n        yield {'sku': 'a'}\n")
+    for name, optional in (("good", "('discount',)"), ("unknown", "('rebate',)"), ("keyed", "('sku',)"),
+                           ("text", "'discount'")):
+        (tmp_path / f"{name}.py").write_text(head + f"    name = {name!r}\n    optional = {optional}\n" + body)
+    tmp_path.chmod(0o755)  # as root, discovery imports them as the sandbox's user
+    found = {s.name: s for s in discover([tmp_path])}
+    assert found["good"].optional == ("discount",) and not found["good"].broken
+    assert "optional columns ['rebate'] are not in the schema" in found["unknown"].error
+    assert "key columns ['sku'] cannot be optional: a row's key is never null" in found["keyed"].error
+    assert "optional must be a tuple of column names, got 'discount'" in found["text"].error

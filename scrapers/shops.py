@@ -17,6 +17,7 @@ class Shops(Scraper):
     name = "shops"
     schema = {"shop_id": pl.Utf8, "name": pl.Utf8, "city": pl.Utf8, "visitors": pl.Int64, "rating": pl.Float64}
     key = ("shop_id",)
+    optional = ("rating",)  # filled only by deep runs
     timeout_s = 120
 
     async def scrape(self, page, ctx):

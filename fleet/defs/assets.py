@@ -12,6 +12,7 @@ from dagster import (
 
 from fleet.config import worker_name
 from fleet.quality import alerts as alerting
+from fleet.quality import baseline as first_weeks
 from fleet.quality import checks as qc
 from fleet.defs import codeversion
 from fleet.defs.evidence import evidence_metadata, failure_observation
@@ -56,10 +57,11 @@ QUALITY_CHECK = "quality"
 is one check's two events instead of ten, and a run plans one check evaluation per source)."""
 SOURCE_CHECKS = {
     "non_empty": "The source returned at least one row this week (ERROR: empty feed).",
-    "volume": "Rows against the median of the last 4 successful weeks (WARN below 50%, ERROR below 10%: the quality "
-              "gate holds the source out of the week's commit).",
-    "coverage": "Per-column fill rate and value shape against the trailing weeks (WARN: selector rot suspected; the "
-                "quality gate holds the source out of the week's commit).",
+    "volume": "Rows against the median of the last 4 successful weeks, or in a source's first weeks its fixture's "
+              "(WARN below 50%, ERROR below 10%: the quality gate holds the source out of the week's commit).",
+    "coverage": "Per-column fill rate and value shape against the trailing weeks, or in a source's first weeks the "
+                "fill against its fixture's or its schema (WARN: selector rot suspected; the quality gate holds the "
+                "source out of the week's commit).",
     "schema": "The stored columns and types equal the scraper's declared schema (else the quality gate holds the "
               "source out of the week's commit).",
     "structure": "The aria structure of the regions the scraper reads against the last week's (WARN: the markup "
@@ -77,10 +79,12 @@ def run_source_checks(source: Source, week: str, store, attempt: str) -> list:
     # rows stored before fleet's columns had their namespace are read under today's names (reused by a rerun)
     frame = provenance.upgrade_raw(store.read_parquet(week, keys.raw_key(source.name, attempt)))
     outcomes = qc.source_checks(source.name, source.schema, frame, qc.history(store, source.name, week),
-                                warn_ratio=source.volume_warn_ratio, error_ratio=source.volume_error_ratio, week=week)
+                                warn_ratio=source.volume_warn_ratio, error_ratio=source.volume_error_ratio, week=week,
+                                baseline=first_weeks.for_source(source), optional=source.optional)
     if frame.height == 0:
         # one problem, one alert: an empty feed is reported by non_empty, not again as a volume collapse
-        outcomes = [dataclasses.replace(o, passed=True, message="skipped: empty feed (see non_empty)")
+        outcomes = [dataclasses.replace(o, passed=True, message="skipped: empty feed (see non_empty)",
+                                        skipped="empty feed (see non_empty)")
                     if o.name == "volume" else o for o in outcomes]
     outcomes.append(structure_check(store, week, source.name, frame.height))
     qc.save_profile(store, week, source.name, qc.profile(frame))
@@ -282,18 +286,22 @@ def _raw_compute(source: Source, crash_reruns: int):
 
 def quality_result(key: AssetKey, outcomes: list) -> AssetCheckResult:
     """The source's one check from its five outcomes: failed when any failed, ERROR when a failed one is; its
-    description names each failed one; its metadata holds every one's verdict (``<name>``) and figures
-    (``<name>/...``), which `fleet status` lists (fleet/policy/status.py ``failed_checks``)."""
+    description names each failed one, and each one whose usual judgement was skipped, why; its metadata holds
+    every one's verdict (``<name>``), figures (``<name>/...``) and the reason it was skipped
+    (``<name>/skipped``), which `fleet status` lists (fleet/policy/status.py ``failed_checks``,
+    ``skipped_checks``)."""
     failed = [o for o in outcomes if not o.passed]
     metadata = {o.name: MetadataValue.text(f"{'passed' if o.passed else 'failed ' + o.severity}: {o.message}")
                 for o in outcomes}
     metadata.update({k if k.startswith(f"{o.name}/") else f"{o.name}/{k}": v
                      for o in outcomes for k, v in o.metadata.items() if v is not None})
+    metadata.update({f"{o.name}/skipped": MetadataValue.text(o.skipped) for o in outcomes if o.skipped})
+    skipped = ", ".join(f"{o.name} ({o.skipped})" for o in outcomes if o.skipped)
     return AssetCheckResult(
         asset_key=key, check_name=QUALITY_CHECK, passed=not failed, metadata=metadata,
         severity=SEVERITY["ERROR" if any(o.severity == "ERROR" for o in failed) else "WARN"],
-        description="; ".join(f"{o.name}: {o.message}" for o in failed) or f"all {len(outcomes)} passed: "
-                    + ", ".join(o.name for o in outcomes))
+        description=("; ".join(f"{o.name}: {o.message}" for o in failed) or f"all {len(outcomes)} passed: "
+                     + ", ".join(o.name for o in outcomes)) + (f". Skipped: {skipped}" if skipped else ""))
 
 
 def _check_specs(key: AssetKey, partitions_def) -> list:

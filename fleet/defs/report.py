@@ -106,7 +106,7 @@ def status(week: str, echo=click.echo) -> int:
     commits, what the store holds, and the sources carried forward or in quarantine."""
     from fleet.defs.assets import QUALITY_CHECK, SOURCE_CHECKS
     from fleet.defs.instance import get_instance
-    from fleet.policy.status import failed_checks, week_status
+    from fleet.policy.status import failed_checks, skipped_checks, week_status
     from fleet.publish.week import describe
     from fleet.storage import store as keys
 
@@ -120,6 +120,14 @@ def status(week: str, echo=click.echo) -> int:
     echo(f"checks: {len(failed)} failed" + (":" if failed else ""))
     for c in failed:
         echo(f"  {c.severity:<5} {c.source:<20} {c.check:<10} {(c.message.splitlines() or [''])[0][:140]}")
+    skipped = skipped_checks(instance, week, names, QUALITY_CHECK, SOURCE_CHECKS)
+    echo(f"checks skipped: {len(skipped)}" + (":" if skipped else ""))
+    by_reason: dict[tuple, list[str]] = {}  # a new fleet's first week skips the same way for every source
+    for c in skipped:
+        by_reason.setdefault((c.check, c.message), []).append(c.source)
+    for (check, why), who in by_reason.items():
+        more = f" and {len(who) - 8} more" if len(who) > 8 else ""
+        echo(f"  {check:<10} {why} ({', '.join(who[:8])}{more})")
     for stage in ("raw", "processed"):
         rec = store.read_json(week, keys.commit_key(stage))
         lfs = f"  (added {mb(rec['lfs_bytes'])} of LFS storage)" if (rec or {}).get("lfs_bytes") else ""

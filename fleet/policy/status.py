@@ -88,14 +88,10 @@ def failed_checks(instance, week: str, sources: list[str], check: str, parts) ->
     its metadata: ``parts`` are their names), or planned in a run that failed without evaluating it (the UI's
     "Execution failed": its step failed). The stored check results alone miss the latter, so `fleet status` said
     "0 failed" while the UI showed the checks of every failed source as failed."""
-    from dagster import AssetCheckKey, AssetKey
-
     out = []
     counted = {r.run_id for r in week_runs(instance, week)}
     for source in sources:
-        key = AssetCheckKey(AssetKey(["raw", source]), check)
-        latest = next((r for r in records.check_history(instance, key) if r.partition == week and r.run_id in counted),
-                      None)
+        latest = _latest_check(instance, source, check, week, counted)
         if latest is None:
             continue
         if latest.status.value == "FAILED":
@@ -110,6 +106,32 @@ def failed_checks(instance, week: str, sources: list[str], check: str, parts) ->
             if run is not None and run.status.value == "FAILURE":
                 out.append(FailedCheck(source, check, "-", f"not evaluated: run {latest.run_id[:8]} failed "
                                                            "before the check ran (see the source's status)"))
+    return out
+
+
+def _latest_check(instance, source: str, check: str, week: str, counted: set[str]):
+    """The latest execution of ``source``'s ``check`` for ``week`` in one of the runs that count (``week_runs``: a
+    superseded run's planned check is no trace of it)."""
+    from dagster import AssetCheckKey, AssetKey
+
+    key = AssetCheckKey(AssetKey(["raw", source]), check)
+    return next((r for r in records.check_history(instance, key) if r.partition == week and r.run_id in counted),
+                None)
+
+
+def skipped_checks(instance, week: str, sources: list[str], check: str, parts) -> list[FailedCheck]:
+    """The parts of each source's ``check`` (its latest evaluation for ``week``) whose usual judgement was skipped,
+    with why and what judged instead (``<part>/skipped`` in its metadata: fleet/quality/outcome.py): a check that
+    could not look is not one that looked and passed. ``severity`` is "-"."""
+    out = []
+    counted = {r.run_id for r in week_runs(instance, week)}
+    for source in sources:
+        latest = _latest_check(instance, source, check, week, counted)
+        if latest is None or latest.status.value not in ("SUCCEEDED", "FAILED"):
+            continue
+        metadata = latest.event.dagster_event.event_specific_data.metadata
+        out += [FailedCheck(source, name, "-", str(getattr(metadata[f"{name}/skipped"], "value", "")))
+                for name in parts if f"{name}/skipped" in metadata]
     return out
 
 

@@ -3,10 +3,14 @@
 Per source and week (``source_checks``):
   non_empty  ERROR when the week's frame has no rows.
   volume     rows against the median of the source's last 4 successful weeks: below ``warn_ratio`` x median is WARN,
-             below ``error_ratio`` x median is ERROR. Skipped (passed) with fewer than 2 weeks of history.
+             below ``error_ratio`` x median is ERROR. With fewer than 2 weeks of history, against the row count of
+             the source's recorded fixture instead (fleet/quality/baseline.py), or skipped (passed) without one.
   coverage   selector rot: per column, the share of rows with a value; for string columns also the share of rows whose
              value has the usual *shape* (see below). A drop of more than 20 percentage points against the median of
-             the trailing weeks is WARN. Skipped with fewer than 2 weeks of history, and for an empty frame.
+             the trailing weeks is WARN. With fewer than 2 weeks of history, the fill is judged against the fixture's
+             (the same 20 points) or, without one, the declared schema (a column null in nearly all rows); skipped
+             for an empty frame. A column the scraper declares ``optional`` is never judged on its fill.
+  Each outcome's ``skipped`` says why its usual judgement was not made, and what judged instead.
   schema     the stored columns and dtypes equal the declared schema; ERROR listing the differences.
 
 Shape signature (string columns, kept deliberately simple): every profile stores the column's *length band*, the 5th
@@ -24,42 +28,31 @@ A week is a Monday ``YYYY-MM-DD``; "now" is always the week being checked, never
 """
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import math
 import re
 import statistics
-from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 import polars as pl
 
+from fleet.quality import baseline as first_weeks
+from fleet.quality import gate
+from fleet.quality.outcome import (  # noqa: F401  (CheckOutcome: fleet.quality.checks.CheckOutcome, as ever)
+    COVERAGE_DROP, HISTORY_WEEKS, MIN_HISTORY, CheckOutcome, checks_key, short_history,
+)
+from fleet.quality.outcome import fmt_num as _fmt_num, pct as _pct, weeks_text as _weeks_text
 from fleet.storage import provenance
 from fleet.storage import store as keys
 from fleet.storage.store import ArtifactStore
 
 SUCCESS_STATUSES = ("ok", "partial")          # a week that counts as history / as "last good"
-HISTORY_WEEKS = 4
-MIN_HISTORY = 2
-COVERAGE_DROP = 0.20                           # more than 20 percentage points
 _WEEK_RE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
-
-
-@dataclass(frozen=True)
-class CheckOutcome:
-    name: str            # "non_empty" | "volume" | "coverage" | "schema"
-    passed: bool
-    severity: str        # "ERROR" | "WARN"
-    message: str
-    metadata: dict = field(default_factory=dict)  # numeric figures only (plottable in Dagster)
 
 
 def profile_key(source: str) -> str:
     return f"raw/{source}.profile.json"
-
-
-def checks_key(source: str) -> str:
-    """Where the raw step stores the source's check results for the week (read by alerts and the quality gate)."""
-    return f"raw/{source}.checks.json"
 
 
 # --------------------------------------------------------------------------------------------------- profiles
@@ -137,14 +130,16 @@ def _store_weeks(store: ArtifactStore) -> list[str]:
 def history(store: ArtifactStore, source: str, week: str, weeks: int = HISTORY_WEEKS) -> list[dict]:
     """Profiles of the source's last ``weeks`` successful weeks strictly before ``week``, newest first.
 
-    Successful = outcome status ok/partial and the raw artifact exists. Each profile gets a ``"week"`` key. A week
-    without a stored profile is profiled from its parquet file, and the profile is stored for next time.
+    Successful = outcome status ok/partial and the raw artifact exists, and not held by the quality gate (unless
+    released): rows judged wrong are not what is usual, or a new source's all-null column, held in its first two
+    weeks, would be the usual from its third. Each profile gets a ``"week"`` key. A week without a stored profile
+    is profiled from its parquet file, and the profile is stored for next time.
     """
     found: list[dict] = []
     for w in reversed(_store_weeks(store)):
         if len(found) >= weeks:
             break
-        if w >= week or not _successful(store, w, source):
+        if w >= week or not _successful(store, w, source) or gate.held(store, w, source):
             continue
         prof = store.read_json(w, profile_key(source))
         if not isinstance(prof, dict) or "rows" not in prof:
@@ -158,18 +153,6 @@ def history(store: ArtifactStore, source: str, week: str, weeks: int = HISTORY_W
 
 
 # --------------------------------------------------------------------------------------------------- per source
-
-
-def _fmt_num(x: float) -> str:
-    return f"{int(x)}" if float(x).is_integer() else f"{x:.1f}"
-
-
-def _pct(share: float) -> str:
-    return f"{share * 100:.0f}%"
-
-
-def _weeks_text(n: int) -> str:
-    return f"{n} week" if n == 1 else f"{n} weeks"
 
 
 def _dtype_text(dtype) -> str:
@@ -195,12 +178,12 @@ def _schema_check(schema: Mapping[str, Any], frame: pl.DataFrame) -> CheckOutcom
     return CheckOutcome("schema", True, "ERROR", f"schema matches ({len(declared)} columns)", meta)
 
 
-def _volume_check(rows: int, past: list[dict], warn_ratio: float, error_ratio: float) -> CheckOutcome:
+def _volume_check(rows: int, past: list[dict], warn_ratio: float, error_ratio: float,
+                  base: first_weeks.Baseline) -> CheckOutcome:
     recent = past[:HISTORY_WEEKS]
     if len(recent) < MIN_HISTORY:
-        return CheckOutcome("volume", True, "WARN",
-                            f"not enough history ({_weeks_text(len(recent))}); check skipped",
-                            {"rows": rows, "history_weeks": len(recent)})
+        out = first_weeks.volume(rows, base, short_history(len(recent)), warn_ratio, error_ratio)
+        return dataclasses.replace(out, metadata={**out.metadata, "history_weeks": len(recent)})
     usual = float(statistics.median(int(p.get("rows", 0)) for p in recent))
     meta = {"rows": rows, "usual_rows": usual, "ratio": (rows / usual) if usual else 1.0, "history_weeks": len(recent)}
     text = f"{rows} rows, usual {_fmt_num(usual)}"
@@ -227,14 +210,15 @@ def _usual_bands(past: list[dict]) -> dict[str, list[int]]:
     return out
 
 
-def _coverage_check(frame: pl.DataFrame, past: list[dict]) -> CheckOutcome:
+def _coverage_check(frame: pl.DataFrame, past: list[dict], schema: Mapping[str, Any], base: first_weeks.Baseline,
+                    optional: tuple[str, ...]) -> CheckOutcome:
     recent = past[:HISTORY_WEEKS]
     if frame.height == 0:
-        return CheckOutcome("coverage", True, "WARN", "no rows this week; coverage check skipped", {"rows": 0})
+        return CheckOutcome("coverage", True, "WARN", "no rows this week; coverage check skipped", {"rows": 0},
+                            skipped="no rows (see non_empty)")
     if len(recent) < MIN_HISTORY:
-        return CheckOutcome("coverage", True, "WARN",
-                            f"not enough history ({_weeks_text(len(recent))}); check skipped",
-                            {"rows": frame.height, "history_weeks": len(recent)})
+        out = first_weeks.coverage(frame, schema, base, short_history(len(recent)), optional)
+        return dataclasses.replace(out, metadata={**out.metadata, "history_weeks": len(recent)})
     bands = _usual_bands(recent)
     now = profile(frame, bands=bands)
     meta: dict[str, float] = {"rows": frame.height, "history_weeks": len(recent)}
@@ -245,7 +229,7 @@ def _coverage_check(frame: pl.DataFrame, past: list[dict]) -> CheckOutcome:
         usual = _median_of(recent, "coverage", col)
         if usual is not None:
             meta[f"usual_coverage/{col}"] = usual
-            if usual - share > COVERAGE_DROP:
+            if usual - share > COVERAGE_DROP and col not in optional:
                 problems.append(f"column `{col}` filled in {_pct(share)} of rows, usually {_pct(usual)}")
                 continue
         if col in bands and col in now["shape"]:
@@ -264,18 +248,23 @@ def _coverage_check(frame: pl.DataFrame, past: list[dict]) -> CheckOutcome:
 
 
 def source_checks(source_name: str, schema: Mapping[str, Any], frame: pl.DataFrame, past: list[dict], *,
-                  warn_ratio: float = 0.5, error_ratio: float = 0.1, week: str | None = None) -> list[CheckOutcome]:
+                  warn_ratio: float = 0.5, error_ratio: float = 0.1, week: str | None = None,
+                  baseline: first_weeks.Baseline | None = None, optional: tuple[str, ...] = ()) -> list[CheckOutcome]:
     """The checks of one source's week, in the order non_empty, volume, coverage, schema (the asset adds
     structure; fleet/defs/assets.py carries them as one Dagster check).
 
-    ``past`` is ``history(store, source, week)`` (newest first). ``week`` only appears in messages.
+    ``past`` is ``history(store, source, week)`` (newest first). ``week`` only appears in messages. ``baseline``
+    (``baseline.for_source``: its fixture, else its schema, the default) judges a source with too little history.
+    ``optional``: the columns the scraper allows to be null in any share of rows.
     """
+    base = baseline or first_weeks.schema_only()
     rows = frame.height
     when = f" for week {week}" if week else ""
     non_empty = CheckOutcome(
         "non_empty", rows > 0, "ERROR",
         f"{rows} rows" if rows else f"empty feed: source {source_name} returned no rows{when}", {"rows": rows})
-    return [non_empty, _volume_check(rows, past, warn_ratio, error_ratio), _coverage_check(frame, past),
+    return [non_empty, _volume_check(rows, past, warn_ratio, error_ratio, base),
+            _coverage_check(frame, past, schema, base, tuple(optional)),
             _schema_check(schema, frame)]
 
 

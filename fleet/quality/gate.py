@@ -1,12 +1,13 @@
 """The quality gate before the commit: a source whose week fails a blocking check (schema drift, a volume collapse
-below its ERROR ratio, 10% of the trailing median by default, or a coverage drop: selector rot) is held out of the
-week's commit as a failed source is. Its rows stay stored; ``fleet release`` or the run tag ``fleet/release``
+below its ERROR ratio, 10% of the trailing median by default, or a coverage drop: selector rot; in a source's first
+weeks, against its fixture or schema: fleet/quality/baseline.py) is held out of the week's commit as a failed
+source is. Its rows stay stored; ``fleet release`` or the run tag ``fleet/release``
 on a publish run commits them, with a note."""
 from __future__ import annotations
 
 
 from fleet.errors import FleetError
-from fleet.quality import checks as qc
+from fleet.quality.outcome import checks_key
 from fleet.storage.store import ArtifactStore
 from fleet.weeks import utc_now
 
@@ -22,7 +23,7 @@ def release_key(source: str) -> str:
 def blocking_failures(store: ArtifactStore, week: str, source: str) -> list[dict]:
     """The source's failed blocking checks of the week, as its raw step stored them. A volume drop blocks only
     at ERROR severity; a WARN is alerted and committed."""
-    return [c for c in store.read_json(week, qc.checks_key(source)) or []
+    return [c for c in store.read_json(week, checks_key(source)) or []
             if not c["passed"] and c["name"] in BLOCKING and (c["name"] != "volume" or c["severity"] == "ERROR")]
 
 
@@ -38,6 +39,15 @@ def verdict(store: ArtifactStore, week: str, source: str, taken: dict) -> tuple[
         return "released", rec
     return "held", {"checks": [f"{c['name']}: {c['message'].splitlines()[0]}" for c in failed],
                     "rows": int(taken.get("rows") or 0)}
+
+
+def held(store: ArtifactStore, week: str, source: str) -> bool:
+    """Whether the gate holds the rows of ``source``'s week that consolidation takes (not released)."""
+    from fleet.storage import store as keys
+
+    taken, _ = keys.consolidated_outcome(store, week, source)
+    judged = verdict(store, week, source, taken) if taken else None
+    return judged is not None and judged[0] == "held"
 
 
 def parse_release(value: str | None) -> list[str]:

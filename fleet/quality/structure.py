@@ -188,7 +188,7 @@ def structure_check(store, week: str, source: str, rows: int) -> CheckOutcome:
     last = previous(store, week, source) if now else None
     if not rows or not now or not last:
         why = "no rows (see non_empty)" if not rows else "no structure this week" if not now else "no earlier week"
-        return CheckOutcome("structure", True, "WARN", f"nothing to compare: {why}", {})
+        return CheckOutcome("structure", True, "WARN", f"nothing to compare: {why}", {}, skipped=why)
     share, moved = compare(last[1], now)
     meta = {"structure/changed": round(share, 4)}
     if share > WARN_SHARE:

@@ -65,6 +65,9 @@ class Scraper:
                  every source of this host that visits those domains after it
       obey_robots, obey_robots_reason  ``ctx.goto`` obeys the site's robots.txt (fleet/scraping/robots.py) unless
                  ``obey_robots = False``, which needs a reason (recorded in the source's metadata)
+      optional   columns that may legitimately be null in any share of rows (a discount, a field only a deep run
+                 fills): the coverage check never judges their fill. Every other column must be filled in at least
+                 5% of rows from the first week (fleet/quality/baseline.py); key columns cannot be optional
       owner      who answers for the source: an email or ``team:NAME`` (Dagster's owners); its alerts go to the
                  owner's route in FLEET_ALERT_ROUTES (fleet/quality/alerts.py), else the default one
     The class docstring becomes the asset's description in the UI.
@@ -86,6 +89,7 @@ class Scraper:
     obey_robots: ClassVar[bool] = True
     obey_robots_reason: ClassVar[str] = ""
     owner: ClassVar[str | None] = None
+    optional: ClassVar[tuple[str, ...]] = ()
     # Volume check thresholds (#8), overridable per scraper.
     volume_warn_ratio: ClassVar[float] = 0.5
     volume_error_ratio: ClassVar[float] = 0.1
@@ -125,6 +129,15 @@ class Scraper:
         missing = [k for k in key if k not in schema]
         if missing:
             raise ScraperDefinitionError(f"scraper {name!r}: key columns {missing} are not in the schema")
+        optional = getattr(cls, "optional", ())
+        if isinstance(optional, str) or not isinstance(optional, (tuple, list)):
+            raise ScraperDefinitionError(f"scraper {name!r}: optional must be a tuple of column names, got {optional!r}")
+        unknown = [c for c in optional if c not in schema]
+        if unknown:
+            raise ScraperDefinitionError(f"scraper {name!r}: optional columns {unknown} are not in the schema")
+        if set(optional) & set(key):
+            raise ScraperDefinitionError(f"scraper {name!r}: key columns {sorted(set(optional) & set(key))} cannot be "
+                                         f"optional: a row's key is never null")
         check_seconds(name, "timeout_s", getattr(cls, "timeout_s", None))
         for count in ("quarantine_after", "carry_forward_weeks"):
             value = getattr(cls, count)

@@ -39,6 +39,7 @@ class Source:
     volume_warn_ratio: float = 0.5
     volume_error_ratio: float = 0.1
     where: str | None = None  # of a broken source: FILE:LINE of what is wrong (FILE alone when no line is known)
+    optional: tuple[str, ...] = ()  # columns that may be null in any share of rows (fleet/quality/baseline.py)
 
     @property
     def broken(self) -> bool:
@@ -183,7 +184,7 @@ def _scan(path: Path, module, sources: list[Source], broken: list[_Placeholder])
                          carry_forward_weeks=cls.carry_forward_weeks, obey_robots=cls.obey_robots,
                          obey_robots_reason=cls.obey_robots_reason, owner=cls.owner,
                          volume_warn_ratio=float(cls.volume_warn_ratio),
-                         volume_error_ratio=float(cls.volume_error_ratio))
+                         volume_error_ratio=float(cls.volume_error_ratio), optional=tuple(cls.optional))
         except ScraperDefinitionError as exc:
             broken.append(_Placeholder(path, f"scraper module {path.name}: {exc}", attr, _class_site(path, cls.__name__)))
         except Exception as exc:  # anything a class can raise when its attributes are read

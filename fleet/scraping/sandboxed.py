@@ -144,6 +144,7 @@ def decode(data: dict, source):
     data = dict(data)
     data["module_path"] = Path(data["module_path"])
     data["key"] = tuple(data["key"])
+    data["optional"] = tuple(data.get("optional") or ())
     if data.get("schema") is not None:
         data["schema"] = {col: dtype(text) for col, text in data["schema"].items()}
     return source(**data)
