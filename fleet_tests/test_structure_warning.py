@@ -57,5 +57,6 @@ def test_a_redesign_that_keeps_the_rows_warns_and_an_unchanged_week_is_silent(bo
     assert f"markup changed since week {WEEKS[1]}" in msg and "24 rows still come out" in msg, msg
     assert "region of `table#books tr.book`" in msg and "/books?week=*" in msg, msg
     assert 'gone columnheader "isbn"' in msg and 'caption "Prices this week"' in msg, msg
-    assert 'landmark main "Bookshop"' in msg and "fleet doctor books" in msg, msg
+    assert "frame: new landmarks main \"Bookshop\"" in msg and "fleet doctor books" in msg, msg
+    assert "the region of `table#books tr.book` now at main > table (was table)" in msg, msg
     assert moved.metadata["structure/changed"] > 0.2
