@@ -90,7 +90,7 @@ FRAME_JS = """selectors => {
 }"""
 FRAME_WARN = 3      # landmarks and headings new or gone from which the frame warns; a region moved warns on its own
 SHOWN = 6           # items named per kind in the message
-_DATA = re.compile(r"\d[\d.,:/'-]*")
+_DATA = re.compile(r"\d(?:[\d.,:/'-]*\d)?")  # a number or a date, not the comma after it
 
 
 def mask(text: str) -> str:

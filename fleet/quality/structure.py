@@ -146,7 +146,7 @@ def compare(before: dict, now: dict) -> tuple[float, list[str], int, list[str]]:
     region; and the count of what moved in the frame around them and what, per page (fleet/quality/frame.py)."""
     before, now = pages(before), pages(now)
     changed = total = framed = 0
-    moved, around = [], []
+    moved, around = [], {}  # around: a frame's description -> its pages (a listing's first and later pages share one)
     for page in sorted(set(before) & set(now)):
         b_regions, n_regions = before[page].get("regions", {}), now[page].get("regions", {})
         for sel in sorted(set(b_regions) | set(n_regions)):
@@ -165,8 +165,8 @@ def compare(before: dict, now: dict) -> tuple[float, list[str], int, list[str]]:
             count, said = frames.compare(before[page], now[page])
             framed += count
             if said:
-                around.append(f"{page}: frame: {'; '.join(said)}")
-    return (changed / total if total else 0.0), moved, framed, around
+                around.setdefault("; ".join(said), []).append(page)
+    return (changed / total if total else 0.0), moved, framed, [f"{', '.join(p)}: frame: {d}" for d, p in around.items()]
 
 
 def structure_check(store, week: str, source: str, rows: int) -> CheckOutcome:
@@ -187,6 +187,6 @@ def structure_check(store, week: str, source: str, rows: int) -> CheckOutcome:
                             f"markup changed since week {last[0]} ({' and '.join(what)}) while its {rows} rows still "
                             f"come out; check its locators before they stop matching (`fleet doctor {source}`):\n" +
                             "\n".join(moved + around), meta)
-    small = ([f"{share:.0%} changed"] if share else []) + ([f"frame: {'; '.join(around)}"] if around else [])
+    small = ([f"{share:.0%} changed"] if share else []) + around
     return CheckOutcome("structure", True, "WARN", f"structure as in week {last[0]}" +
                         (f" ({'; '.join(small)})" if small else ""), meta)
