@@ -126,6 +126,10 @@ def test_the_frame_counts_what_moved_and_reads_weeks_stored_before_it():
     new = {"version": 2, "pages": {"/x": {"regions": {"ul.items li": ["list/listitem"]}, **week}}}
     assert compare(old, new) == (0.0, [], 0, [])
     assert frames.mask("Offer ends 2026-11-22, 3 left") == "Offer ends #, # left"
+    # one template's churn on a listing's two pages (an ad on each) is counted once, not once a page
+    two = {"version": 2, "pages": {p: {"regions": {}, **week} for p in ("/x", "/x?page=*")}}
+    ads = {"version": 2, "pages": {p: {"regions": {}, **ad} for p in ("/x", "/x?page=*")}}
+    assert compare(two, ads) == (0.0, [], 1, ["/x, /x?page=*: frame: new landmarks complementary"])
 
 
 QUIET_WEEKS = ("2026-10-26", "2026-11-02", "2026-11-09", "2026-11-16", "2026-11-23", "2026-11-30")

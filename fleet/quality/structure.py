@@ -135,7 +135,7 @@ def previous(store, week: str, source: str) -> tuple[str, dict] | None:
 def pages(data: dict) -> dict:
     """A stored structure's pages, each ``{"regions": {selector: structure}, ...frame}``; a week stored before the
     frame (version 1: ``{page: {selector: structure}}``) has regions only, and its landmark lines are the frame's now."""
-    if data.get("version") == VERSION:
+    if "version" in data:
         return data.get("pages") or {}
     return {page: {"regions": {sel: [x for x in lines if not x.startswith("landmark ")] for sel, lines in regions.items()}}
             for page, regions in data.items() if isinstance(regions, dict)}
@@ -143,7 +143,7 @@ def pages(data: dict) -> dict:
 
 def compare(before: dict, now: dict) -> tuple[float, list[str], int, list[str]]:
     """Over the pages seen both weeks: the share of the regions' structure that changed and what moved in them, per
-    region; and the count of what moved in the frame around them and what, per page (fleet/quality/frame.py)."""
+    region; and the most that moved in one page's frame around them and what, per page (fleet/quality/frame.py)."""
     before, now = pages(before), pages(now)
     changed = total = framed = 0
     moved, around = [], {}  # around: a frame's description -> its pages (a listing's first and later pages share one)
@@ -163,7 +163,7 @@ def compare(before: dict, now: dict) -> tuple[float, list[str], int, list[str]]:
             moved.append(f"{page}: region of `{sel}`: {'; '.join(parts)}")
         if "chains" in before[page] and "chains" in now[page]:  # a week stored before the frame has none
             count, said = frames.compare(before[page], now[page])
-            framed += count
+            framed = max(framed, count)  # per page: one template's churn, seen on each of its pages, counts once
             if said:
                 around.setdefault("; ".join(said), []).append(page)
     return (changed / total if total else 0.0), moved, framed, [f"{', '.join(p)}: frame: {d}" for d, p in around.items()]
@@ -181,7 +181,7 @@ def structure_check(store, week: str, source: str, rows: int) -> CheckOutcome:
     share, moved, framed, around = compare(last[1], now)
     meta = {"structure/changed": round(share, 4), "structure/frame_changes": framed}
     what = ([f"{share:.0%} of the structure of the regions it reads"] if share > WARN_SHARE else []) + \
-           ([f"the page's frame around them"] if framed >= frames.FRAME_WARN else [])
+           (["the page's frame around them"] if framed >= frames.FRAME_WARN else [])
     if what:
         return CheckOutcome("structure", False, "WARN",
                             f"markup changed since week {last[0]} ({' and '.join(what)}) while its {rows} rows still "
