@@ -9,7 +9,7 @@ import random
 from fleet.demo import changes, walls
 
 SITES = ("books", "catalog", "stocks", "jobs", "parts", "shops")
-MODES = ("normal", "selector_rot", "volume_collapse", "empty", *walls.WALL_MODES, *changes.CHANGE_MODES)
+MODES = ("normal", "selector_rot", "volume_collapse", "empty", *walls.WALL_MODES, *changes.CHANGE_MODES, *changes.CATALOG_MODES)
 # The column whose CSS class changes under ``selector_rot``, per site.
 ROT_COLUMN = {"books": "price", "catalog": "price", "stocks": "close", "jobs": "salary", "parts": "price", "shops": "city"}
 EPOCH = dt.date(2026, 1, 5)

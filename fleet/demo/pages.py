@@ -179,7 +179,8 @@ class Handler(BaseHTTPRequestHandler):
             nav = f"<span class='page-info'>page {n} of {pages}</span>"
             if n < pages:
                 nav += f" <a rel='next' class='next' href='/catalog?week={wk}&page={n + 1}'>next &raquo;</a>"
-            return self._send(200, _page(f"Catalog, page {n}", f"<ul id='products'>{items}</ul><nav>{nav}</nav>"))
+            listing = f"<ul id='products'>{items}</ul><nav>{nav}</nav>"
+            return self._send(200, _page(f"Catalog, page {n}", changes.catalog_page(listing, len(rows), m, week)))
         if path == "/stocks":
             body = ("<table id='quotes'><thead><tr><th>Symbol</th><th>Company</th><th>Close</th><th>Change</th></tr></thead>"
                     "<tbody></tbody></table><noscript>This page needs JavaScript.</noscript>")

@@ -22,7 +22,8 @@ Site modes (per site, read on each request from ``<state_dir>/modes.json``, or s
   normal | selector_rot (a column's CSS class changes for 9 rows in 10) | volume_collapse (5% of rows) | empty
   | forbidden | captcha | rate_limited | rate_limited_long (a site that turns scrapers away: fleet/demo/walls.py)
   | renamed_classes | moved_table | changed_attribute | restyled | data_gone (books only: a redesign,
-  fleet/demo/changes.py)
+  fleet/demo/changes.py) | redesigned | promoted (catalog only: a new page template around intact rows, and a
+  week's banner, counts and ad without one)
 The rows are fleet/demo/data.py's, the pages fleet/demo/pages.py's; this module serves them and keeps the modes.
 """
 from __future__ import annotations
