@@ -1,6 +1,6 @@
 """The periodic upkeep commands: `fleet gc` (the store's retention) and `fleet freshness` (the dead-man's switch on
-the data repository), and `fleet debug` (a failed source's evidence and trace). Each prints its lines and returns the exit
-code."""
+the data repository), and `fleet debug` (a failed source's evidence and trace). Each prints its lines and returns
+the exit code."""
 from __future__ import annotations
 
 import datetime as dt
