@@ -236,7 +236,8 @@ def freshness(deadline, as_of):
 @click.argument("source")
 @_week_option
 def debug(source, week):
-    """Print the command that opens SOURCE's kept Playwright trace of a week in Playwright's trace viewer, offline."""
+    """List SOURCE's kept evidence of a week (screenshot, page, error, trace) and open its trace in Playwright's
+    trace viewer, offline: the command is printed, and run when a display is there."""
     from fleet.scraping.contract import valid_name
 
     if not valid_name(source):

@@ -223,6 +223,10 @@ def aws_endpoint_url() -> str | None:  # boto reads it too; fleet names it in er
     return _text("AWS_ENDPOINT_URL") or None
 
 
+def has_display() -> bool:  # a graphical session (X11 or Wayland): `fleet debug` opens the trace viewer in it
+    return bool(_text("DISPLAY") or _text("WAYLAND_DISPLAY"))
+
+
 def values_of(names) -> dict[str, str]:  # those of the variables ``names`` set here, by name (fleet/secrets.py)
     return {n: _text(n) for n in names if _text(n)}
 

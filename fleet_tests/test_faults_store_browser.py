@@ -2,6 +2,7 @@
 artifact store (a truncated parquet, a garbled outcome) is named in one line and scraped again, never committed,
 and reported when consolidation meets it; a Chromium that hangs at launch is cut off at FLEET_BROWSER_STARTUP_S,
 counted as infra and re-executed, and the week commits once."""
+import re
 import shutil
 import tempfile
 from pathlib import Path
@@ -120,7 +121,7 @@ def test_a_broken_selectors_line_names_its_call_locator_and_url_and_what_to_run_
                  f"{url}; see `fleet debug broken_selector --week {WEEK}` and `fleet doctor broken_selector`"):
         assert part in error, error
     assert "Call log" not in error, error
-    [line] = [x for x in out.splitlines() if x.startswith("broken_selector ") and " source " in x]
+    [line] = [x for x in out.splitlines() if re.match(r"broken_selector +failed +source ", x)]  # not its progress
     assert line.endswith(error), line  # the table's line, whole
     text = (store.local_dir(WEEK, keys.evidence_key("broken_selector")) / "error.txt").read_text()
     assert text.startswith(error + "\nURL: http://") and url in text.splitlines()[1], text[:500]

@@ -30,7 +30,9 @@ def test_fleet_run_in_a_pipe_prints_its_own_lines_and_dagsters_only_with_v(fleet
     lines = _lines(quiet)
     # fleet's lines: one per source as it ends, the table, the failed source's error in it
     assert re.search(r"^steady ok 3 rows \d+\.\ds$", quiet.stdout, re.M), quiet.stdout
-    assert re.search(r"^raises failed 0 rows \d+\.\ds$", quiet.stdout, re.M), quiet.stdout
+    # a failed source's line says why: its stored error's first line
+    assert re.search(r"^raises failed 0 rows \d+\.\ds: source raises: RuntimeError: the price column moved",
+                     quiet.stdout, re.M), quiet.stdout
     assert re.search(r"^raises +failed +source .*the price column moved", quiet.stdout, re.M), quiet.stdout
     assert quiet.stdout.index("\nsource ") > quiet.stdout.index("steady ok 3 rows")
     # none of Dagster's lines (its DEBUG step events, the step's failure, the forced past week), and no line twice

@@ -9,6 +9,7 @@ import sys
 import textwrap
 import urllib.request
 import uuid
+from pathlib import Path
 
 import polars as pl
 import pytest
@@ -286,6 +287,11 @@ def test_a_failures_evidence_is_stored_and_linked_for_the_ui(s3_store, scrape_ho
     assert upkeep.debug("breaks", WEEK, echo=lines.append) == 0, lines
     local = scrape_home / "debug" / WEEK / "breaks" / f"trace-{out.attempt}.zip"
     assert local.read_bytes() == trace and any(line.endswith(f"show-trace {local}") for line in lines), lines
+    # and the rest of the attempt's evidence beside it, each listed with the object it came from
+    for what, name in (("screenshot", "screenshot.png"), ("html", "page.html"), ("error", "error.txt")):
+        fetched = local.with_name(f"{Path(name).stem}-{out.attempt}{Path(name).suffix}")
+        assert f"  {what:<10} {fetched} (from {prefix}{name})" in lines, lines
+        assert fetched.read_bytes() == s3_store.read_location(prefix + name)
 
 
 def test_a_demo_week_with_its_artifacts_in_s3(fleet_env, bucket, s3_endpoint):

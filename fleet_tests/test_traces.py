@@ -98,7 +98,8 @@ def test_a_failed_attempt_keeps_a_trace_that_fleet_debug_opens_offline(scrape_ho
         assert {"error.txt", "page.html", "screenshot.png", "trace.zip"} <= {
             p.name for p in store.local_dir(WEEK, keys.evidence_key("news")).iterdir()}
 
-        env = {**os.environ, "FLEET_START_WEEK": "2026-01-05"}
+        env = {k: v for k, v in os.environ.items() if k not in ("DISPLAY", "WAYLAND_DISPLAY")}  # print, not open
+        env["FLEET_START_WEEK"] = "2026-01-05"
         debug = subprocess.run([sys.executable, "-m", "fleet.cli", "debug", "news", "--week", WEEK], env=env,
                                capture_output=True, text=True, timeout=120)
         assert debug.returncode == 0, debug.stdout + debug.stderr
@@ -125,7 +126,8 @@ def test_a_failed_attempt_keeps_a_trace_that_fleet_debug_opens_offline(scrape_ho
         assert out.status == "ok" and not pending.exists() and "trace" not in out.evidence
         nothing = subprocess.run([sys.executable, "-m", "fleet.cli", "debug", "news", "--week", WEEK], env=env,
                                  capture_output=True, text=True, timeout=120)
-        assert nothing.returncode == 1 and "no trace kept" in nothing.stdout, nothing.stdout + nothing.stderr
+        assert nothing.returncode == 1 and "no evidence and no trace kept" in nothing.stdout, \
+            nothing.stdout + nothing.stderr
 
         # a trace that cannot be written (a folder in its place) never fails the attempt
         monkeypatch.setenv("FLEET_TRACE", "always")
@@ -157,7 +159,8 @@ def test_rows_the_quality_gate_holds_out_keep_their_trace(fleet_env):
                                          "rows": 100, "attempt": "20261101T000000000000-aaaaaa"})
         store.write_parquet(week, keys.raw_key("few", "20261101T000000000000-aaaaaa"), frame)
         qc.save_profile(store, week, "few", qc.profile(frame))
-    env = {**fleet_env.env, "FLEET_SCRAPERS_DIR": str(folder)}
+    env = {k: v for k, v in fleet_env.env.items() if k not in ("DISPLAY", "WAYLAND_DISPLAY")}  # print, not open
+    env["FLEET_SCRAPERS_DIR"] = str(folder)
     res = run_fleet(env, "run", "--week", WEEK, "--force")
     assert res.returncode == 2 and "held" in res.stdout + res.stderr, res.stdout[-3000:] + res.stderr[-3000:]
     out = keys.read_outcome(store, WEEK, "few")

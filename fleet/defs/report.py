@@ -56,6 +56,7 @@ def report(instance, store, week: str, names: list[str], publish_run, echo, sele
              f"`fleet release {name} --week {week}` commits them", err=True)
     for step, msg in failures.items():
         echo(f"FAILED {step}: {msg.splitlines()[0] if msg else ''}", err=True)
+    print_next(store, week, [r for r in rows if r.source in selected], echo)
     if "raw_commit" not in steps_ok:
         if publish_run is None:
             echo("nothing was committed: no publish run happened", err=True)
@@ -65,6 +66,34 @@ def report(instance, store, week: str, names: list[str], publish_run, echo, sele
              "rerun with `fleet reprocess` or `fleet commit --stage processed`", err=True)
         return EXIT_PARTIAL
     return EXIT_OK if all(r.status == "ok" and r.source not in held for r in rows if r.source in selected) else EXIT_PARTIAL
+
+
+def print_next(store, week: str, rows, echo) -> None:
+    """One line per failed source: its evidence folder (or s3:// prefix) and files, else the URL it failed at, and
+    what to run next: `fleet debug` when a trace was kept, `fleet doctor` when the failure is the source's own."""
+    import os
+    from pathlib import Path
+
+    from fleet.policy import taxonomy as tx
+    from fleet.storage import store as keys
+    from fleet.upkeep import evidence_folder, kept_evidence
+
+    for r in rows:
+        if r.status in (*keys.USABLE_STATUSES, "not run") or r.category in (tx.REFUSED, tx.QUARANTINED):
+            continue  # refused and quarantined sources did not fail: their lines above say why they did not run
+        kept = kept_evidence(store, week, r.source)
+        found = kept[2] if kept else {}
+        if found:
+            folder = evidence_folder(found)
+            if not folder.startswith("s3://") and Path(folder).resolve().is_relative_to(Path.cwd()):
+                folder = os.path.relpath(folder) + "/"  # as short as it can be from where the command was typed
+            where = f"evidence {folder} ({', '.join(loc.rsplit('/', 1)[-1] for loc in found.values())})"
+        else:
+            url = (keys.read_outcome(store, week, r.source) or {}).get("url")
+            where = f"no evidence kept; it failed at {url}" if url else "no evidence kept"
+        then = ([f"fleet debug {r.source} --week {week}"] if "trace" in found else []) + \
+            ([f"fleet doctor {r.source}"] if r.category == "source" else [])
+        echo("; ".join([f"next: {r.source} {r.status} ({r.category or '-'}): {where}", *then]))
 
 
 def step_error(error) -> str:

@@ -16,7 +16,8 @@ POLL_S = 0.5
 
 class Progress:
     """Watches the runs of ``week`` that this `fleet run` launches (tag ``fleet/driver=cli``, created after it
-    started) and reports each raw step's end: one plain line per source, or a rich live view on a terminal."""
+    started) and reports each raw step's end: one plain line per source (a failed one's with its error's first
+    line), or a rich live view on a terminal."""
 
     def __init__(self, instance, store, week: str, total: int, echo, live: bool = False):
         # a thread of its own reads through an instance of its own: the run's instance is busy in execute_job
@@ -95,6 +96,10 @@ class Progress:
             rows = 0
         self.finished[src] = {"status": status, "rows": rows, "seconds": seconds, "ok": ok}
         line = f"{src} {status} {rows} rows {seconds:.1f}s"
+        if not ok:  # why, in its stored error's first line (or Dagster's, when its attempt stored none)
+            why = ((stored.get("error") if mine else None)
+                   or tx.classify_failure(ev.step_failure_data, None)[1]).strip().splitlines()
+            line += f": {why[0]}" if why else ""
         if ok and stored and not mine:  # a step succeeds without storing an outcome only by reusing the stored one
             line += ", reusing the stored artifact"
         if self._live is not None:
