@@ -43,12 +43,14 @@ def report(instance, store, week: str, names: list[str], publish_run, echo, sele
                 steps_ok.add(ev.step_key)
             else:
                 failures[ev.step_key] = step_error(ev.step_failure_data.error)
+    landed = []
     for stage in ("raw", "processed"):
         rec = store.read_json(week, keys.commit_key(stage))
         if f"{stage}_commit" in steps_ok and rec:
             echo(f"commit {stage:<9} {rec['status']:<10} {rec['sha']}")
-            for line in message.folder_lines(rec):  # what the week's folder keeps that this run did not write
-                echo(f"  {line}")
+            landed.append(rec)
+    for line in message.week_folder_report(landed):  # what the week's folder keeps that this run did not write
+        echo(f"  {line}")
     print_alerts(week, echo, run_ids=run_ids)
     held = (store.read_json(week, keys.CONSOLIDATED_META_KEY) or {}).get("held") or {}
     for name, why in sorted(held.items()):

@@ -72,10 +72,11 @@ def _outcomes(sources: dict[str, dict]) -> str:
                      for k, v in sorted(sources.items()))
 
 
-def folder_lines(sources: dict) -> list[str]:
+def folder_lines(sources: dict, shas: bool = True) -> list[str]:
     """What a stage's commit does to the week's folder on the branch
     (fleet/publish/week.py ``sort_sources``): the sources it adds, writes again, keeps without writing them (and
-    which commit wrote them), drops as the operator named them, and an older layout's file left in place."""
+    which commit wrote them, unless ``shas`` is False), drops as the operator named them, and an older layout's file
+    left in place."""
     lines = []
     if sources.get("added"):
         lines.append(f"Sources new in this week's folder ({len(sources['added'])}): {', '.join(sources['added'])}")
@@ -84,7 +85,7 @@ def folder_lines(sources: dict) -> list[str]:
     kept = sources.get("kept") or {}
     if kept:
         lines.append(f"Sources kept as committed, not in this run ({len(kept)}): "
-                     + ", ".join(f"{n} (from commit {sha[:12]})" for n, sha in sorted(kept.items())))
+                     + ", ".join(f"{n} (from commit {sha[:12]})" if shas else n for n, sha in sorted(kept.items())))
     if sources.get("dropped"):
         lines.append(f"Sources dropped by the operator (fleet/drop) ({len(sources['dropped'])}): "
                      + ", ".join(sources["dropped"]))
@@ -92,3 +93,14 @@ def folder_lines(sources: dict) -> list[str]:
         lines.append(f"{path} (an older fleet's one-file layout of this week) is left as it was; the per-source "
                      f"files supersede it")
     return lines
+
+
+def week_folder_report(records: list[dict]) -> list[str]:
+    """What a week's stage commits (their records, raw first) did to its folder beyond writing this run's sources,
+    for a terminal: the sources kept and dropped, each line once (both stages usually keep and drop the same; the
+    commit messages name the commits, and the sources added and written again)."""
+    out: list[str] = []
+    for rec in records:
+        beyond = {k: v for k, v in rec.items() if k in ("kept", "dropped", "legacy")}
+        out += [line for line in folder_lines(beyond, shas=False) if line not in out]
+    return out
