@@ -11,6 +11,8 @@ import sys
 import time
 import traceback
 
+from bench.util import environ
+
 ORDER = ["consolidate", "commit", "many_sources", "deep_phase", "fleet_overhead", "crash_recovery", "scale_out",
          "trace_cost"]
 MODULES = {name: f"bench.{name}" for name in ORDER}
@@ -40,7 +42,8 @@ def main(argv=None) -> int:
         t = time.perf_counter()
         print(f"[bench] {name} ({size}, {repeats} repeats) ...", file=sys.stderr, flush=True)
         try:
-            res = importlib.import_module(MODULES[name]).run(size, repeats)
+            with environ():  # each bench leaves the environment as it found it
+                res = importlib.import_module(MODULES[name]).run(size, repeats)
         except Exception as exc:  # one broken benchmark does not hide the others
             traceback.print_exc()
             res = {"ratio": None, "goal": None, "ok": False, "error": f"{type(exc).__name__}: {exc}"[:2000]}

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from dataclasses import dataclass
 
-from bench.util import PY, ROOT, rnd
+from bench.util import PY, ROOT, environ as _environ, rnd
 
 # 40 sources of 20 pages (100 s of waits each): 4 rounds of a slot on one worker, 2 on two. What a run pays
 # beyond the waits is mostly fixed (a cold start per slot, the run's start and end) plus a hand-off per round
@@ -173,13 +173,15 @@ def one(tmp: Path, env: dict, workers: int, week: str, sites, shape: Shape) -> d
         if done.returncode != 0:
             raise RuntimeError(f"fleet run on {workers} worker(s) exited {done.returncode}: "
                                f"{done.stdout[-1500:]}{done.stderr[-1500:]}")
-        os.environ["FLEET_POSTGRES_URL"] = env["FLEET_POSTGRES_URL"]
-        instance = DagsterInstance.from_config(str(orchestrator / "dagster"))
-        scrape = [r for r in instance.get_run_records(RunsFilter(tags={"dagster/partition": week}))
-                  if r.dagster_run.tags.get("fleet/kind") == "scrape"][0]
-        wall = scrape.end_time - scrape.start_time
-        breakdown = where_time_went(instance, scrape, shape.cap * workers if shape.pool_per_worker == shape.cap else None,
-                                    shape.pages * shape.latency_ms / 1000)
+        # the instance's dagster.yaml reads its Postgres from the environment: set only while it is read here
+        with _environ(FLEET_POSTGRES_URL=env["FLEET_POSTGRES_URL"]):
+            instance = DagsterInstance.from_config(str(orchestrator / "dagster"))
+            scrape = [r for r in instance.get_run_records(RunsFilter(tags={"dagster/partition": week}))
+                      if r.dagster_run.tags.get("fleet/kind") == "scrape"][0]
+            wall = scrape.end_time - scrape.start_time
+            breakdown = where_time_went(instance, scrape,
+                                        shape.cap * workers if shape.pool_per_worker == shape.cap else None,
+                                        shape.pages * shape.latency_ms / 1000)
     finally:
         for p, h in zip(procs, homes):
             _stop(p, h)

@@ -1,6 +1,8 @@
 """Shared helpers: run a child process and measure its wall time, CPU and peak RSS (whole waited tree)."""
 from __future__ import annotations
 
+import contextlib
+
 import os
 import statistics
 import subprocess
@@ -136,3 +138,16 @@ def median(xs):
 
 def rnd(x, n=3):
     return round(float(x), n)
+
+
+@contextlib.contextmanager
+def environ(**changes: str):
+    """``os.environ`` with ``changes`` inside the block, and exactly as it was after it (what a bench set never
+    reaches the next bench: a FLEET_POSTGRES_URL left behind named a Postgres that was gone)."""
+    before = dict(os.environ)
+    os.environ.update(changes)
+    try:
+        yield
+    finally:
+        os.environ.clear()
+        os.environ.update(before)
