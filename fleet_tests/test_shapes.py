@@ -126,7 +126,8 @@ def test_sources_of_every_shape_each_keep_their_own_types_through_both_commits(f
     assert res.returncode == 0, out[-4000:]
     assert sorted(committed_sources(fleet_env.remote, WEEK)) == ["gizmos", "widgets"]
     assert committed_sources(fleet_env.remote, WEEK)["gizmos"].equals(g)
-    assert res.stdout.count("Sources kept as committed, not in this run (1): gizmos\n") == 1, res.stdout  # once
+    assert (f"week folder {WEEK}/: 0 source(s) added, 1 written again, 1 kept as committed, not in this run: gizmos; "
+            "0 dropped") in res.stdout, res.stdout
     assert (f"Sources kept as committed, not in this run (1): gizmos (from commit {gizmos_commit[:12]})"
             in log(fleet_env.remote, "main")[1]["message"])  # the raw commit names the commit that wrote its file
     table = res.stdout.split("commit raw")[0]
@@ -135,7 +136,7 @@ def test_sources_of_every_shape_each_keep_their_own_types_through_both_commits(f
     # only the operator's drop removes a source's files, in a commit that says so
     res = run_fleet({**env, "FLEET_SCRAPERS_DIR": str(narrow)}, "commit", "--week", WEEK, "--drop", "gizmos")
     assert res.returncode == 0, res.stdout + res.stderr
-    assert "Sources dropped by the operator (fleet/drop) (1): gizmos" in res.stdout
+    assert f"week folder {WEEK}/: 0 source(s) added, 1 written again, 0 kept as committed, not in this run; 1 dropped: gizmos" in res.stdout
     assert sorted(committed_sources(fleet_env.remote, WEEK)) == sorted(committed_sources(fleet_env.remote, WEEK, "processed")) == ["widgets"]
     assert "dropped by the operator" in log(fleet_env.remote)[0]["message"]
 

@@ -49,7 +49,7 @@ def report(instance, store, week: str, names: list[str], publish_run, echo, sele
         if f"{stage}_commit" in steps_ok and rec:
             echo(f"commit {stage:<9} {rec['status']:<10} {rec['sha']}")
             landed.append(rec)
-    for line in message.week_folder_report(landed):  # what the week's folder keeps that this run did not write
+    for line in message.week_folder_report(week, landed):  # what the week's folder keeps that this run did not write
         echo(f"  {line}")
     print_alerts(week, echo, run_ids=run_ids)
     held = (store.read_json(week, keys.CONSOLIDATED_META_KEY) or {}).get("held") or {}

@@ -327,6 +327,6 @@ def commit_week(week: str, stage: str | None, drop: tuple[str, ...] = (), echo=c
     for st in stages:
         res = commit_stage(d.defs.resources["data_repo"].data_repo(), store, week, st, run_id="cli-commit", drop=drop)
         echo(f"commit {st:<9} {res.status:<10} {res.sha}")
-    for line in message.week_folder_report([store.read_json(week, keys.commit_key(st)) or {} for st in stages]):
+    for line in message.week_folder_report(week, [store.read_json(week, keys.commit_key(st)) or {} for st in stages]):
         echo(f"  {line}")
     return EXIT_OK

@@ -95,12 +95,16 @@ def folder_lines(sources: dict, shas: bool = True) -> list[str]:
     return lines
 
 
-def week_folder_report(records: list[dict]) -> list[str]:
-    """What a week's stage commits (their records, raw first) did to its folder beyond writing this run's sources,
-    for a terminal: the sources kept and dropped, each line once (both stages usually keep and drop the same; the
-    commit messages name the commits, and the sources added and written again)."""
-    out: list[str] = []
-    for rec in records:
-        beyond = {k: v for k, v in rec.items() if k in ("kept", "dropped", "legacy")}
-        out += [line for line in folder_lines(beyond, shas=False) if line not in out]
-    return out
+def week_folder_report(week: str, records: list[dict]) -> list[str]:
+    """What a week's stage commits (their records) did to its folder, for a terminal, in one line: how many sources
+    each adds and writes again, and by name those it keeps without this run and those the operator dropped (the
+    commit messages have them all, with the commits that wrote the kept files)."""
+    if not records:
+        return []
+    union = lambda key: sorted({n for rec in records for n in (rec.get(key) or [])})  # noqa: E731
+    kept, dropped = union("kept"), union("dropped")
+    line = (f"week folder {week}/: {len(union('added'))} source(s) added, {len(union('updated'))} written again, "
+            f"{len(kept)} kept as committed, not in this run{': ' + ', '.join(kept) if kept else ''}; "
+            f"{len(dropped)} dropped{': ' + ', '.join(dropped) if dropped else ''}")
+    legacy = sorted({path for rec in records for path in rec.get("legacy") or []})
+    return [line] + [f"{path} (an older fleet's one-file layout of this week) is left as it was" for path in legacy]
