@@ -24,8 +24,8 @@ from pathlib import Path
 from fleet import config
 from fleet.errors import FleetError
 from fleet.engine.spec import Trial
-from fleet.lifecycle import fixtures, repair
-from fleet.scraping import locators
+from fleet.lifecycle import fixtures, relocate, repair, stored_page
+from fleet.scraping import chains, locators
 from fleet.lifecycle.replay import attempt
 from fleet.scraping.discovery import Source
 from fleet.storage import provenance
@@ -50,9 +50,21 @@ def broken(ex: Examined, selector: str) -> bool:
 
 def _broke(then: dict, now: dict, selector: str) -> bool:
     """Matched last week (a count; "?" when last week's page is not kept) and not today, or on under half as many
-    elements (the same week's page: as many rows as then; a class renamed in most rows is broken too)."""
+    elements (the same week's page: as many rows as then; a class renamed in most rows is broken too). A field of
+    a row locator that found no rows today is "?": not known, its row locator is what broke."""
     before, after = then.get(selector), now.get(selector) or 0
-    return isinstance(before, int) and before > 0 and after < before * MIN_SHARE
+    return isinstance(before, int) and before > 0 and after != "?" and after < before * MIN_SHARE
+
+
+def _most(a, b):
+    """The larger of two pages' counts; None (no valid locator) wins, "?" (not known on that page) loses."""
+    if a is None or b is None:
+        return None
+    return b if a == "?" else a if b == "?" else max(a, b)
+
+
+def _labels(row: chains.Row) -> list[str]:
+    return [relocate.label(row.root, row.chain), *(relocate.label("row", f.chain) for f in row.fields)]
 
 
 async def examine(old_har: Path | None, new_har: Path | None, used: locators.Used,
@@ -63,6 +75,10 @@ async def examine(old_har: Path | None, new_har: Path | None, used: locators.Use
 
     selectors = list(dict.fromkeys(used.selectors + used.sub_selectors()))
     then, now = {s: 0 if old_har else "?" for s in selectors}, {s: 0 for s in selectors}
+    for row in used.chains:  # a field is counted in its row locator's rows: "?" until a page has some
+        labels = _labels(row)
+        then.update({s: 0 if old_har and s == labels[0] else "?" for s in labels})
+        now.update({s: 0 if s == labels[0] else "?" for s in labels})
     # row selector -> (its page, last week's values there); from the store: on whichever page of today's
     values: dict[str, tuple[str, list[dict]]] = {}
     if old_har is None:
@@ -71,6 +87,12 @@ async def examine(old_har: Path | None, new_har: Path | None, used: locators.Use
             then.update({sub: sum(r.get(f) is not None for r in stored or []) for f, sub in row.fields.items()
                          if any(f in r for r in stored or [])})
             values[row.selector] = ("", [{f: r.get(f) for f in row.fields} for r in stored or []])
+        for row in used.chains:
+            labels, names = _labels(row), [f.name for f in row.fields]
+            then[labels[0]] = len(stored or [])
+            then.update({s: sum(r.get(f.name) is not None for r in stored or []) for s, f in zip(labels[1:], row.fields)
+                         if any(f.name in r for r in stored or [])})
+            values[labels[0]] = ("", [{f: r.get(f) for f in names} for r in stored or []])
     proposals: dict[str, dict] = {}
     async with open_browser(config.chromium_path()) as own:
         for har, counts, old in ((old_har, then, True), (new_har, now, False)):
@@ -81,6 +103,13 @@ async def examine(old_har: Path | None, new_har: Path | None, used: locators.Use
                     for s in selectors:
                         n = await repair.count(page, s)
                         counts[s] = None if n is None else max(counts[s] or 0, n)
+                    for row in used.chains:
+                        here = await relocate.counts(page, row)
+                        for s, n in here.items():
+                            counts[s] = _most(counts[s], n)
+                        key = relocate.label(row.root, row.chain)
+                        if old and key not in values and here[key]:
+                            values[key] = (repair.page_id(url), await relocate.values(page, row))
                     for row in used.rows:
                         if old and row.selector not in values and (await repair.count(page, row.selector) or 0):
                             values[row.selector] = (repair.page_id(url), await repair.old_values(page, row.selector,
@@ -93,13 +122,19 @@ async def examine(old_har: Path | None, new_har: Path | None, used: locators.Use
                                                                        or i == len(urls) - 1):
                             proposals[row.selector] = await repair.propose(page, want[1], row.selector, row.fields,
                                                                            MIN_SHARE)
+                    for row in used.chains:
+                        key = relocate.label(row.root, row.chain)
+                        want = values.get(key)
+                        if want and key not in proposals and (repair.page_id(url) == want[0] or i == len(urls) - 1):
+                            proposals[key] = await relocate.propose(page, want[1], row, MIN_SHARE)
                 finally:
                     await context.close()
-    for row in used.rows:
-        if row.selector not in proposals and needs_repair(then, now, row):
-            proposals[row.selector] = {"error": "today's pages were not recorded (the scraper reached none)"
-                                       if not now or not any(now.values()) else "no values of last week to look for"}
-    return Examined(then, now, {s: p for s, p in proposals.items() if needs_repair(then, now, _row(used, s))})
+    for key in _rows_of(used):
+        if key not in proposals and needs_repair(then, now, used, key):
+            proposals[key] = {"error": "today's pages were not recorded (the scraper reached none)"
+                              if not now or not any(v not in (0, "?") for v in now.values())
+                              else "no values of last week to look for"}
+    return Examined(then, now, {s: p for s, p in proposals.items() if needs_repair(then, now, used, s)})
 
 
 EXAMINE_TIMEOUT_S = 300
@@ -157,9 +192,19 @@ def _row(used: locators.Used, selector: str) -> locators.RowLocator:
     return next(r for r in used.rows if r.selector == selector)
 
 
-def needs_repair(then: dict, now: dict, row: locators.RowLocator) -> bool:
-    parts = [row.selector, *row.fields.values(), *row.other_fields.values()]
-    return any(_broke(then, now, s) for s in parts)
+def _chain(used: locators.Used, key: str) -> chains.Row | None:
+    return next((r for r in used.chains if relocate.label(r.root, r.chain) == key), None)
+
+
+def _rows_of(used: locators.Used) -> dict[str, list[str]]:
+    """Each row locator's key (its selector, or its chain's label) -> the keys of it and its parts."""
+    out = {r.selector: [r.selector, *r.fields.values(), *r.other_fields.values()] for r in used.rows}
+    out.update({(labels := _labels(r))[0]: labels for r in used.chains})
+    return out
+
+
+def needs_repair(then: dict, now: dict, used: locators.Used, key: str) -> bool:
+    return any(_broke(then, now, s) for s in _rows_of(used)[key])
 
 
 def _frame(scratch: Path, week: str, got: dict):
@@ -245,9 +290,13 @@ def doctor(source: Source, apply: bool, echo) -> int:
     except SyntaxError as exc:
         raise FleetError(f"source {source.name}: {source.module_path} does not parse ({exc.msg}, line {exc.lineno}); "
                          f"fleet doctor repairs locators, not Python") from None
-    if not used.rows:
-        raise FleetError(f"source {source.name}: {source.module_path} has no row locator fleet doctor can read "
-                         f"(a page.locator(\"...\").evaluate_all(JS) whose JS reads fields with querySelector)")
+    if not used.rows and not used.chains:
+        raise FleetError(f"source {source.name}: {source.module_path} " + (
+            f"has no row locator fleet doctor can read: {'; '.join(used.unread)}" if used.unread else
+            "reads no row of the page through a locator (rows from page.locator(...).all(), .nth(i) or "
+            ".evaluate_all(JS), fields read from each row): nothing for fleet doctor to repair"))
+    for why in used.unread:
+        echo(f"fleet doctor {source.name}: not read, left as it is: {why}")
     with tempfile.TemporaryDirectory(prefix="fleet-doctor-") as tmp:
         tmp = Path(tmp)
         tmp.chmod(0o711)  # the sandbox's user reaches its attempts' folders in it
@@ -262,6 +311,17 @@ def doctor(source: Source, apply: bool, echo) -> int:
         echo(f"fleet doctor {source.name}: last good week {week} ({label}): {last.height} rows; "
              f"today's page, live, same week: {now_got['rows']} rows ({now_got['status']}"
              f"{': ' + now_got['error'].splitlines()[0] if now_got['error'] else ''})")
+        check_week, check_trial = week, Trial()
+        if not (today_har.exists() and repair.documents(today_har)):  # the site is down: its last failure's page
+            kept = stored_page.latest(source)
+            if kept is None:
+                echo(f"no replacement found: today's page could not be reached and no failed attempt of "
+                     f"{source.name} kept one (its evidence's page.html); retry when the site answers")
+                return 1
+            today_har = stored_page.har(kept, today_dir / "har" / "stored.har.zip")
+            check_week, check_trial = kept.week, Trial(replay_har=today_har)
+            echo(f"  the site could not be reached: today's page is the one its failed attempt of week {kept.week} "
+                 f"kept ({kept.url})")
         ex = examine_sandboxed(source, har, today_har, None if har else last.to_dicts(), tmp)
         w = max([24, *(len(s) for s in ex.then)])
         echo(f"  {'locator':<{w}} {'then':>5} {'now':>5}")
@@ -270,15 +330,25 @@ def doctor(source: Source, apply: bool, echo) -> int:
                      "never matched" if not ex.then[s] else "ok")
             show = lambda n: "bad" if n is None else str(n)  # noqa: E731
             echo(f"  {s:<{w}} {show(ex.then[s]):>5} {show(ex.now[s]):>5}  {state}")
-        rows_of = {s for r in used.rows for s in (r.selector, *r.fields.values(), *r.other_fields.values())}
+        rows_of = {s for parts in _rows_of(used).values() for s in parts}
         stray = [s for s in ex.then if broken(ex, s) and s not in rows_of]
         for s in stray:
             echo(f"no replacement found for {s}: it holds none of the rows' values, so nothing says what replaces it")
         if not any(broken(ex, s) for s in ex.then):
             echo("every locator that matched last week matches today; nothing to propose")
             return 0
-        rows_new, fields_new = {}, {}
+        rows_new, fields_new, chain_edits = {}, {}, []
         for sel, p in ex.proposals.items():
+            if (chained := _chain(used, sel)) is not None:
+                if "error" in p:
+                    echo(f"no replacement found for {sel}: {p['error']}")
+                    return 1
+                chain_edits += [(chained.spans, p["row"])] if p["row"] != chained.chain else []
+                chain_edits += [(f.spans, p["fields"][f.name]) for f in chained.fields
+                                if p["fields"][f.name] != f.chain]
+                echo(f"proposal for {sel}: {p['found']} of last week's rows found on today's page"
+                     + ("" if p["exact"] else " (the locator also finds rows of the same shape that are new)"))
+                continue
             row = _row(used, sel)
             if "error" in p or row.other_fields and any(broken(ex, s) for s in row.other_fields.values()):
                 echo(f"no replacement found for {sel}: {p.get('error') or 'a field it reads by attribute broke'}")
@@ -291,7 +361,8 @@ def doctor(source: Source, apply: bool, echo) -> int:
         if stray:
             return 1
         try:
-            text = locators.patch(source.module_path, rows_new, fields_new)
+            text = locators.patch(source.module_path, rows_new, fields_new,
+                                  chains.patch(source.module_path.read_text(encoding="utf-8"), chain_edits))
         except SyntaxError:  # e.g. a selector's quotes inside the module's own string of the same quotes
             echo(f"no replacement found that fits: the proposed selectors {sorted(rows_new.values())} "
                  f"{sorted(fields_new.values())} cannot be written into {source.module_path.name}'s strings")
@@ -302,10 +373,11 @@ def doctor(source: Source, apply: bool, echo) -> int:
         module.write_text(text, encoding="utf-8")
         module.chmod(0o644)
         check_dir = _scratch(tmp, "check")
-        got = attempt(dataclasses.replace(source, module_path=module), week, check_dir, Trial())
-        new = _frame(check_dir, week, got)
+        got = attempt(dataclasses.replace(source, module_path=module), check_week, check_dir, check_trial)
+        new = _frame(check_dir, check_week, got)
         problems = verdict(last, got, new, tuple(source.key))
-        echo(f"the scraper with the proposal, against today's page: {got['rows']} rows (last week {last.height})")
+        echo(f"the scraper with the proposal, against today's page{'' if check_trial.replay_har is None else ' (kept)'}"
+             f": {got['rows']} rows (last week {last.height})")
         side_by_side(last, new, tuple(source.key), echo)
     if problems:
         echo(f"no replacement found that passes: {'; '.join(problems)}; {source.module_path} is unchanged")
