@@ -112,6 +112,16 @@ IDIOMS = {
                    "price": float((await row.get_by_role("cell").nth(2).inner_text()).lstrip("£")),
                    "link": await row.get_by_role("link").get_attribute("href")}
 ''',
+    # rows kept in a list, and a scraper that fails (its page kept as evidence) when it finds none
+    "guarded": '''        books = await page.locator("table#books tr.book").all()
+        if not books:
+            raise RuntimeError("no books on the shelf")
+        for book in books:
+            yield {"isbn": await book.locator(".isbn").inner_text(),
+                   "title": await book.locator(".title").text_content(),
+                   "price": float((await book.locator(".price").inner_text()).lstrip("£")),
+                   "link": await book.locator("a").get_attribute("href")}
+''',
 }
 
 

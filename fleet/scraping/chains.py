@@ -179,14 +179,18 @@ def rows(tree: ast.Module, source: str, constants: dict[str, str]) -> tuple[list
             if isinstance(found, Unreadable) or found and found[0].id != node.targets[0].id:
                 bound[node.targets[0].id] = found if isinstance(found, Unreadable) else (*found, node.value)
     row_of: dict[str, tuple] = {}                       # row variable -> (root, steps, node)
+    lists: dict[str, tuple] = {}                        # `rows = await page.locator(...).all()` -> the chain
 
-    def row_source(node):
-        """A chain a row comes from: ``X.all()`` of a chain or of a bound name, ``X.nth(i)`` of a bound name."""
+    def row_source(node, nth=True):
+        """A chain a row comes from: ``X.all()`` of a chain or of a bound name, ``X.nth(i)`` of a bound name, a
+        list of ``X.all()``."""
+        if isinstance(node, ast.Name) and node.id in lists:
+            return lists[node.id]
         if isinstance(node, ast.Await):
             node = node.value
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
             target = node.func.value
-            if isinstance(target, ast.Name) and target.id in bound and node.func.attr in (*ITERATE, "nth"):
+            if isinstance(target, ast.Name) and target.id in bound and node.func.attr in (*ITERATE, "nth")[:1 + nth]:
                 if isinstance(bound[target.id], Unreadable):
                     problems.append(str(bound[target.id]))
                     return None
@@ -196,11 +200,17 @@ def rows(tree: ast.Module, source: str, constants: dict[str, str]) -> tuple[list
         return None
 
     for node in ast.walk(tree):
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name) \
+                and isinstance(node.value, ast.Await) and (got := row_source(node.value, nth=False)):
+            lists[node.targets[0].id] = got
+    for node in ast.walk(tree):
         if isinstance(node, (ast.For, ast.AsyncFor)) and isinstance(node.target, ast.Name):
             if got := row_source(node.iter):
                 row_of[node.target.id] = got
         elif isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
-            if got := row_source(node.value):
+            value = node.value
+            if isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and value.func.attr == "nth" \
+                    and (got := row_source(value)):
                 row_of[node.targets[0].id] = got
     assigned_to: dict[str, str] = {}
     for node in ast.walk(tree):  # {"price": parse(price)}: the variable price feeds the column price
