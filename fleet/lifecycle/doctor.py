@@ -56,6 +56,17 @@ def _broke(then: dict, now: dict, selector: str) -> bool:
     return isinstance(before, int) and before > 0 and after != "?" and after < before * MIN_SHARE
 
 
+def _in_chains(used: locators.Used) -> set[str]:
+    """The literals of the locator chains of rows (counted as parts of their chains, not each on the whole page),
+    and the attribute names their fields read (``get_attribute("href")``, no selector)."""
+    out = set()
+    for row in used.chains:
+        for chain in (row.chain, *(f.chain for f in row.fields)):
+            out.update(a for step in chains.parse_text(chain) if step.method == "locator" for a in step.args)
+        out.update(f.attribute for f in row.fields if f.attribute)
+    return out
+
+
 def _most(a, b):
     """The larger of two pages' counts; None (no valid locator) wins, "?" (not known on that page) loses."""
     if a is None or b is None:
@@ -73,7 +84,7 @@ async def examine(old_har: Path | None, new_har: Path | None, used: locators.Use
     the store, and only the row locators are known to have matched) and today's, and a proposal per row locator."""
     from fleet.engine.attempt import open_browser
 
-    selectors = list(dict.fromkeys(used.selectors + used.sub_selectors()))
+    selectors = [s for s in dict.fromkeys(used.selectors + used.sub_selectors()) if s not in _in_chains(used)]
     then, now = {s: 0 if old_har else "?" for s in selectors}, {s: 0 for s in selectors}
     for row in used.chains:  # a field is counted in its row locator's rows: "?" until a page has some
         labels = _labels(row)
@@ -327,6 +338,7 @@ def doctor(source: Source, apply: bool, echo) -> int:
         echo(f"  {'locator':<{w}} {'then':>5} {'now':>5}")
         for s in ex.then:
             state = ("broken" if broken(ex, s) else "not known then" if ex.then[s] == "?" else
+                     "not known now (its rows are not found)" if ex.now[s] == "?" else
                      "never matched" if not ex.then[s] else "ok")
             show = lambda n: "bad" if n is None else str(n)  # noqa: E731
             echo(f"  {s:<{w}} {show(ex.then[s]):>5} {show(ex.now[s]):>5}  {state}")
