@@ -34,6 +34,8 @@ from fleet.storage import provenance
 from fleet.storage import store as keys
 from fleet.storage.store import LocalArtifactStore
 
+SHOWN_ROWS = 5
+
 
 def _frame(scratch: Path, week: str, got: dict):
     store = LocalArtifactStore(scratch / "store")

@@ -16,7 +16,6 @@ from fleet.scraping.discovery import Source
 
 # A proposal needs this share of last week's rows found on today's page, and of their keys in its rows.
 MIN_SHARE = 0.5
-SHOWN_ROWS = 5
 
 
 @dataclasses.dataclass
