@@ -105,12 +105,12 @@ IDIOMS = {
                    "price": float((await row.locator("td.price").inner_text()).lstrip("£")),
                    "link": await row.get_by_role("link", name="more").get_attribute("href")}
 ''',
-    # test ids, roles and labels
+    # test ids, roles, labels and text
     "testid": '''        for row in await page.get_by_test_id("book").all():
             yield {"isbn": await row.get_by_test_id("isbn").inner_text(),
                    "title": await row.get_by_label("Title").inner_text(),
                    "price": float((await row.get_by_role("cell").nth(2).inner_text()).lstrip("£")),
-                   "link": await row.get_by_role("link").get_attribute("href")}
+                   "link": await row.get_by_text("more", exact=True).get_attribute("href")}
 ''',
     # rows kept in a list, and a scraper that fails (its page kept as evidence) when it finds none
     "guarded": '''        books = await page.locator("table#books tr.book").all()

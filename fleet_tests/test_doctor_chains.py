@@ -106,6 +106,18 @@ def test_what_it_cannot_read_is_said_by_line_and_why(tmp_path):
     assert [r.chain for r in used.chains] == []  # nothing guessed: li.item's only readable field is not enough
 
 
+def test_rows_of_a_comprehension_filtered_by_text(tmp_path):
+    module = tmp_path / "compact.py"
+    module.write_text('''async def scrape(self, page, ctx):
+    return [{"isbn": await r.locator("td.isbn").inner_text(), "t": await r.get_by_text("x", exact=True).text_content()}
+            for r in await page.get_by_role("row").filter(has_text="978").all()]
+''')
+    used = locators.parse(module)
+    assert used.unread == [] and [(r.chain, [(f.name, f.chain, f.read) for f in r.fields]) for r in used.chains] == [
+        ('get_by_role("row").filter(has_text="978")', [("isbn", 'locator("td.isbn")', "inner_text"),
+                                                       ("t", 'get_by_text("x", exact=True)', "text_content")])]
+
+
 def test_cli_names_the_line_or_says_there_is_nothing_to_repair(fleet_env):
     scrapers = fleet_env.tmp / "scrapers"
     scrapers.mkdir()

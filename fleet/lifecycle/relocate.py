@@ -6,6 +6,7 @@ page: a proposal is what Playwright finds, not what a CSS engine would."""
 from __future__ import annotations
 
 import json
+import math
 
 from fleet.scraping import chains
 
@@ -215,9 +216,8 @@ async def _marks(loc, attr: str) -> list | None:
         return None
 
 
-async def _fits_field(page, chain: str, name: str, rows: list[int]) -> bool:
-    """``chain`` finds, in each marked row, exactly the cell marked as that row's ``name`` (or nothing, where none
-    is marked)."""
+async def _fits_field(page, chain: str, name: str, rows) -> bool:
+    """``chain`` finds, in each of the marked ``rows``, exactly the cell marked as that row's ``name``."""
     for i in rows:
         try:
             loc = chains.build(page.locator(f'[{ROW_MARK}="{i}"]'), chain)
@@ -276,14 +276,13 @@ async def propose(page, old: list[dict], row: chains.Row, min_share: float) -> d
         if not had:
             new_fields[f.name] = f.chain
             continue
-        if d is None or d["count"] < max(1, -(-found * min_share // 1)):
+        if d is None or d["count"] < max(1, math.ceil(found * min_share)):
             missing.append(f.name)
             continue
-        with_cell = [i for i in range(found)]
         chosen = None
         for cand in field_candidates(f, d):
-            if await _fits_field(page, cand, f.name, with_cell if d["count"] == found else []) and (
-                    d["count"] == found or await _fits_some(page, cand, f.name, found)):
+            if await (_fits_field(page, cand, f.name, range(found)) if d["count"] == found
+                      else _fits_some(page, cand, f.name, found)):
                 chosen = cand
                 break
         if chosen is None:

@@ -204,7 +204,7 @@ def rows(tree: ast.Module, source: str, constants: dict[str, str]) -> tuple[list
                 and isinstance(node.value, ast.Await) and (got := row_source(node.value, nth=False)):
             lists[node.targets[0].id] = got
     for node in ast.walk(tree):
-        if isinstance(node, (ast.For, ast.AsyncFor)) and isinstance(node.target, ast.Name):
+        if isinstance(node, (ast.For, ast.AsyncFor, ast.comprehension)) and isinstance(node.target, ast.Name):
             if got := row_source(node.iter):
                 row_of[node.target.id] = got
         elif isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
