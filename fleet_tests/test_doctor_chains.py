@@ -118,6 +118,22 @@ def test_rows_of_a_comprehension_filtered_by_text(tmp_path):
                                                        ("t", 'get_by_text("x", exact=True)', "text_content")])]
 
 
+def test_a_chains_selector_named_elsewhere_too_is_counted_on_its_own(tmp_path):
+    """``page.wait_for_selector("table#books tr.book")`` next to the row chain: a repaired chain would leave it
+    waiting for the old rows, so it stays in the doctor's table (a stray broken locator), not hidden in the chain."""
+    from fleet.lifecycle.examine import in_chains
+
+    plain, waits = tmp_path / "plain.py", tmp_path / "waits.py"
+    plain.write_text(scraper("readme"))
+    waits.write_text(scraper("readme").replace(
+        "        for row in", '        await page.wait_for_selector("table#books tr.book")\n        for row in'))
+    assert locators.parse(plain).outside == set()
+    assert in_chains(locators.parse(plain)) == {"table#books tr.book", "td.price", "td.isbn", "td.title",
+                                                 "td.more a", "href"}
+    assert locators.parse(waits).outside == {"table#books tr.book"}
+    assert "table#books tr.book" not in in_chains(locators.parse(waits))
+
+
 def test_cli_names_the_line_or_says_there_is_nothing_to_repair(fleet_env):
     scrapers = fleet_env.tmp / "scrapers"
     scrapers.mkdir()

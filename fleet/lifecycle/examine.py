@@ -37,15 +37,16 @@ def _broke(then: dict, now: dict, selector: str) -> bool:
     return isinstance(before, int) and before > 0 and after != "?" and after < before * MIN_SHARE
 
 
-def _in_chains(used: locators.Used) -> set[str]:
+def in_chains(used: locators.Used) -> set[str]:
     """The literals of the locator chains of rows (counted as parts of their chains, not each on the whole page),
-    and the attribute names their fields read (``get_attribute("href")``, no selector)."""
+    and the attribute names their fields read (``get_attribute("href")``, no selector); not one the module also
+    names elsewhere (``page.wait_for_selector("tr.book")``), which is counted on the whole page as any other."""
     out = set()
     for row in used.chains:
         for chain in (row.chain, *(f.chain for f in row.fields)):
             out.update(a for step in chains.parse_text(chain) if step.method == "locator" for a in step.args)
         out.update(f.attribute for f in row.fields if f.attribute)
-    return out
+    return out - used.outside
 
 
 def _most(a, b):
@@ -65,7 +66,7 @@ async def examine(old_har: Path | None, new_har: Path | None, used: locators.Use
     the store, and only the row locators are known to have matched) and today's, and a proposal per row locator."""
     from fleet.engine.attempt import open_browser
 
-    selectors = [s for s in dict.fromkeys(used.selectors + used.sub_selectors()) if s not in _in_chains(used)]
+    selectors = [s for s in dict.fromkeys(used.selectors + used.sub_selectors()) if s not in in_chains(used)]
     then, now = {s: 0 if old_har else "?" for s in selectors}, {s: 0 for s in selectors}
     for row in used.chains:  # a field is counted in its row locator's rows: "?" until a page has some
         labels = _labels(row)

@@ -117,6 +117,11 @@ class Row:
     line: int
     spans: list
     fields: list[Field]
+    calls: set = dataclasses.field(default_factory=set)  # (line, column) of each call its chains are made of
+
+
+def _calls(node: ast.AST) -> set:
+    return {(n.lineno, n.col_offset) for n in ast.walk(node) if isinstance(n, ast.Call)}
 
 
 def _offsets(source: str):
@@ -223,6 +228,7 @@ def rows(tree: ast.Module, source: str, constants: dict[str, str]) -> tuple[list
     for name, (root, steps, node) in row_of.items():
         row = out.setdefault(("rows", text(steps)), Row(text(steps), root.id, node.lineno, [], []))
         span = _span(at, root, node)
+        row.calls |= _calls(node)
         if span not in row.spans:
             row.spans.append(span)
     for node in sorted(ast.walk(tree), key=lambda n: (getattr(n, "lineno", 0), getattr(n, "col_offset", 0))):
@@ -251,6 +257,7 @@ def rows(tree: ast.Module, source: str, constants: dict[str, str]) -> tuple[list
                             "repairs locators of a row's parts")
             continue
         span = _span(at, root, target)
+        row.calls |= _calls(node)
         same = next((f for f in row.fields if f.name == column and f.chain == text(steps)), None)
         if same:
             same.spans.append(span)

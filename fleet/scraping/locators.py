@@ -46,6 +46,7 @@ class Used:
     rows: list[RowLocator]
     chains: list[chains.Row] = dataclasses.field(default_factory=list)  # rows read through locator chains
     unread: list[str] = dataclasses.field(default_factory=list)  # "line N: why" of each chain not followed
+    outside: set[str] = dataclasses.field(default_factory=set)  # selectors named outside the rows' chains too
 
     def sub_selectors(self) -> list[str]:
         return list(dict.fromkeys(s for r in self.rows for s in (*r.fields.values(), *r.other_fields.values())))
@@ -98,11 +99,16 @@ def parse(path: Path) -> Used:
     rows: dict[str, RowLocator] = {}
     calls = sorted((n for n in ast.walk(tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)),
                    key=lambda n: (n.lineno, n.col_offset))
+    chained, unread = chains.rows(tree, source, constants)
+    in_chains = set().union(*(r.calls for r in chained))
+    outside = set()
     for call in calls:
         attr = call.func.attr
         if attr in SELECTOR_METHODS and call.args and isinstance(call.args[0], ast.Constant) \
                 and isinstance(call.args[0].value, str):
             selectors.append(call.args[0].value)
+            if (call.lineno, call.col_offset) not in in_chains:
+                outside.add(call.args[0].value)
         if attr == "evaluate_all" and call.args:
             target = call.func.value
             row_sel = _locator_literal(target) or (named.get(target.id) if isinstance(target, ast.Name) else None)
@@ -112,9 +118,10 @@ def parse(path: Path) -> Used:
                 for m in FIELD_RE.finditer(js):
                     (row.fields if m.group(4) else row.other_fields)[m.group(1)] = m.group(3)
     for text in constants.values():
-        selectors += [m.group(2) for m in DOC_SELECTOR_RE.finditer(text)]
-    chained, unread = chains.rows(tree, source, constants)
-    return Used(list(dict.fromkeys(selectors)), list(rows.values()), chained, unread)
+        found = [m.group(2) for m in DOC_SELECTOR_RE.finditer(text)]
+        selectors += found
+        outside.update(found)
+    return Used(list(dict.fromkeys(selectors)), list(rows.values()), chained, unread, outside)
 
 
 def patch(path: Path, rows: dict[str, str], fields: dict[tuple[str, str], str], source: str | None = None) -> str:
