@@ -233,3 +233,28 @@ def test_site_down_uses_the_failed_attempts_kept_page(shelf, monkeypatch):
     assert '+        books = await page.get_by_test_id("book").all()' in out
     assert "the scraper with the proposal, against today's page (kept): 12 rows (last week 12)" in out
     assert "the proposal passes" in out
+
+
+def test_without_a_fixture_the_stored_rows_parsed_values_are_looked_for(shelf, monkeypatch):
+    """No fixture: last week is the newest week whose rows the store holds; its parsed values (a price as a number,
+    a link as its href) are found on today's page and the nth(i) scraper's chains repaired from them."""
+    from fleet.engine.runner import EngineSettings, run_source
+    from fleet.scraping.discovery import discover
+    from fleet.storage.store import LocalArtifactStore
+
+    (shelf.scrapers / "shelf.py").write_text(scraper("nth"))
+    for k, v in shelf.env.items():
+        if k.startswith("FLEET_"):
+            monkeypatch.setenv(k, v)
+    source = {s.name: s for s in discover([shelf.scrapers])}["shelf"]
+    settings = dataclasses.replace(EngineSettings.from_env(), browser_hosts="fresh")
+    out = run_source(source, "2026-11-16", store=LocalArtifactStore(shelf.home / "artifacts"), run_id="t",
+                     settings=settings)
+    assert (out.status, out.rows) == ("ok", 12), out
+    shelf.site.mode = "changed_attribute"
+    res = run_fleet(shelf.env, "doctor", "shelf")
+    out = res.stdout
+    assert res.returncode == 0, out + res.stderr
+    assert "last good week 2026-11-16 (its stored rows; no fixture): 12 rows" in out
+    assert '+        rows = page.get_by_test_id("item-book")' in out, out
+    assert "12 rows (last week 12)" in out and "the proposal passes" in out
