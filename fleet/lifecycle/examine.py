@@ -20,9 +20,9 @@ MIN_SHARE = 0.5
 
 @dataclasses.dataclass
 class Examined:
-    then: dict[str, int | None]                       # selector -> matches on last week's pages (the most on one)
-    now: dict[str, int | None]                        # selector -> matches on today's pages
-    proposals: dict[str, dict]                        # row selector -> repair.propose's answer
+    then: dict[str, int | str | None]                 # selector -> matches on last week's pages (the most on one;
+    now: dict[str, int | str | None]                  # today's): None no valid selector, "?" not known
+    proposals: dict[str, dict]                        # row selector or chain -> repair's or relocate's propose
 
 
 def broken(ex: Examined, selector: str) -> bool:

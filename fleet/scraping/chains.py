@@ -11,11 +11,11 @@ import ast
 import dataclasses
 import json
 
-# Steps a chain may hold, with what their arguments may be: literals only, so that the text is the whole locator.
+# Steps a chain may hold; their arguments are literals only, so that a chain's text is the whole locator.
 STEPS = frozenset({"locator", "get_by_role", "get_by_text", "get_by_test_id", "get_by_label", "get_by_placeholder",
                    "get_by_alt_text", "get_by_title", "nth", "filter"})
 PROPERTIES = frozenset({"first", "last"})
-# How a field's value is read from the element its chain finds: name -> the attribute or property it reads
+# How a field's value is read from the element its chain finds (Locator methods)
 READS = frozenset({"inner_text", "text_content", "get_attribute", "input_value"})
 ITERATE = frozenset({"all"})
 
