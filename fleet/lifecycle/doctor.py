@@ -4,162 +4,37 @@
    rows and pages; failing that, the newest week whose rows the artifact store holds (its pages are not kept: its
    parsed values are looked for, a number as the number a page's text holds). Today: the source's own site,
    scraped live through the engine for that same week (same values: only the markup may differ) and recorded
-   into a HAR. No other network is used.
-2. Every locator the scraper names (fleet/scraping/locators.py) is counted on last week's pages and today's, offline
-   from the two HARs (fleet/lifecycle/repair.py): matched then, matched now.
+   into a HAR; when the site cannot be reached, the page its newest failed attempt kept as evidence
+   (fleet/lifecycle/stored_page.py). No other network is used.
+2. Every locator the scraper names (fleet/scraping/locators.py, and its Playwright locator chains,
+   fleet/scraping/chains.py) is counted on last week's pages and today's, offline from the two HARs
+   (fleet/lifecycle/examine.py): matched then, matched now. A chain it cannot follow is named by line, never guessed.
 3. For each row locator with a broken part, today's page is searched for the elements holding last week's values,
-   and the simplest selectors that pick exactly those are proposed, as a unified diff of the module.
+   and the simplest locators that find exactly those are proposed (test ids and roles first, for a chain), as a
+   unified diff of the module.
 4. The scraper, patched, runs through the engine against today's page; its rows are shown next to last week's. It
    passes when it has no error and finds last week's keys with their columns filled as last week.
 5. Only with ``--apply``, and only a proposal that passed, is written to the module (atomically).
 """
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import os
 import tempfile
 from pathlib import Path
 
-from fleet import config
 from fleet.errors import FleetError
 from fleet.engine.spec import Trial
-from fleet.lifecycle import fixtures, repair
-from fleet.scraping import locators
+from fleet.lifecycle import fixtures, repair, stored_page
+from fleet.lifecycle.examine import MIN_SHARE, broken, chain_row, examine_sandboxed, js_row, rows_of
 from fleet.lifecycle.replay import attempt
+from fleet.scraping import chains, locators
 from fleet.scraping.discovery import Source
 from fleet.storage import provenance
 from fleet.storage import store as keys
 from fleet.storage.store import LocalArtifactStore
 
-# A proposal needs this share of last week's rows found on today's page, and of their keys in its rows.
-MIN_SHARE = 0.5
 SHOWN_ROWS = 5
-
-
-@dataclasses.dataclass
-class Examined:
-    then: dict[str, int | None]                       # selector -> matches on last week's pages (the most on one)
-    now: dict[str, int | None]                        # selector -> matches on today's pages
-    proposals: dict[str, dict]                        # row selector -> repair.propose's answer
-
-
-def broken(ex: Examined, selector: str) -> bool:
-    return _broke(ex.then, ex.now, selector)
-
-
-def _broke(then: dict, now: dict, selector: str) -> bool:
-    """Matched last week (a count; "?" when last week's page is not kept) and not today, or on under half as many
-    elements (the same week's page: as many rows as then; a class renamed in most rows is broken too)."""
-    before, after = then.get(selector), now.get(selector) or 0
-    return isinstance(before, int) and before > 0 and after < before * MIN_SHARE
-
-
-async def examine(old_har: Path | None, new_har: Path | None, used: locators.Used,
-                  stored: list[dict] | None = None) -> Examined:
-    """The locators' matches on last week's pages (``old_har``; without one, ``stored`` are last week's rows from
-    the store, and only the row locators are known to have matched) and today's, and a proposal per row locator."""
-    from fleet.engine.attempt import open_browser
-
-    selectors = list(dict.fromkeys(used.selectors + used.sub_selectors()))
-    then, now = {s: 0 if old_har else "?" for s in selectors}, {s: 0 for s in selectors}
-    # row selector -> (its page, last week's values there); from the store: on whichever page of today's
-    values: dict[str, tuple[str, list[dict]]] = {}
-    if old_har is None:
-        for row in used.rows:  # its rows matched the row locator; a field filled in N rows matched N times
-            then[row.selector] = len(stored or [])
-            then.update({sub: sum(r.get(f) is not None for r in stored or []) for f, sub in row.fields.items()
-                         if any(f in r for r in stored or [])})
-            values[row.selector] = ("", [{f: r.get(f) for f in row.fields} for r in stored or []])
-    proposals: dict[str, dict] = {}
-    async with open_browser(config.chromium_path()) as own:
-        for har, counts, old in ((old_har, then, True), (new_har, now, False)):
-            urls = repair.documents(har) if har and har.exists() else []
-            for i, url in enumerate(urls):
-                context, page = await repair.open_har_page(own.browser, har, url)
-                try:
-                    for s in selectors:
-                        n = await repair.count(page, s)
-                        counts[s] = None if n is None else max(counts[s] or 0, n)
-                    for row in used.rows:
-                        if old and row.selector not in values and (await repair.count(page, row.selector) or 0):
-                            values[row.selector] = (repair.page_id(url), await repair.old_values(page, row.selector,
-                                                                                                row.fields))
-                    if old:
-                        continue
-                    for row in used.rows:  # repaired on today's version of the page its values came from
-                        want = values.get(row.selector)
-                        if want and row.selector not in proposals and (repair.page_id(url) == want[0]
-                                                                       or i == len(urls) - 1):
-                            proposals[row.selector] = await repair.propose(page, want[1], row.selector, row.fields,
-                                                                           MIN_SHARE)
-                finally:
-                    await context.close()
-    for row in used.rows:
-        if row.selector not in proposals and needs_repair(then, now, row):
-            proposals[row.selector] = {"error": "today's pages were not recorded (the scraper reached none)"
-                                       if not now or not any(now.values()) else "no values of last week to look for"}
-    return Examined(then, now, {s: p for s, p in proposals.items() if needs_repair(then, now, _row(used, s))})
-
-
-EXAMINE_TIMEOUT_S = 300
-
-
-def examine_sandboxed(source: Source, old_har: Path | None, new_har: Path, stored: list[dict] | None,
-                      tmp: Path) -> Examined:
-    """:func:`examine` in a process of its own, as the engine's attempts run: as the sandbox's user with Chromium's
-    own sandbox on (fleet/engine/sandbox.py), since the recorded pages are the site's, scripts and all. Refused,
-    as an attempt is, where the sandbox cannot be had."""
-    import json
-    import subprocess
-
-    from fleet.engine import sandbox
-    from fleet.engine.settings import EngineSettings
-
-    settings = EngineSettings.from_env()
-    box = sandbox.for_attempt(settings, source.module_path)
-    folder = tmp / "examine"
-    (folder / "tmp").mkdir(parents=True)
-    spec = folder / "spec.json"
-    spec.write_text(json.dumps({"module": str(source.module_path), "old_har": str(old_har) if old_har else None,
-                                "new_har": str(new_har), "stored": stored, "out": str(folder / "examined.json")},
-                               default=str))
-    sandbox.hand_over(box, folder)
-    proc = sandbox.popen_python(box, settings, ["fleet.lifecycle.doctor", str(spec)], tmp=folder / "tmp",
-                                home=sandbox.prepare(box, settings), stdout=subprocess.DEVNULL,
-                                stderr=subprocess.PIPE, text=True)
-    try:
-        _, err = proc.communicate(timeout=EXAMINE_TIMEOUT_S)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
-        raise FleetError(f"source {source.name}: comparing last week's pages with today's took over "
-                         f"{EXAMINE_TIMEOUT_S} s; nothing was changed") from None
-    if proc.returncode != 0 or not (folder / "examined.json").exists():
-        last_line = (err.strip().splitlines() or ["no output"])[-1]
-        raise FleetError(f"source {source.name}: comparing last week's pages with today's failed: {last_line}")
-    return Examined(**json.loads((folder / "examined.json").read_text()))
-
-
-def _examine_main(spec_path: str) -> int:
-    """The sandboxed process of :func:`examine_sandboxed`."""
-    import json
-
-    spec = json.loads(Path(spec_path).read_text())
-    used = locators.parse(Path(spec["module"]))
-    ex = asyncio.run(examine(Path(spec["old_har"]) if spec["old_har"] else None, Path(spec["new_har"]), used,
-                             spec["stored"]))
-    Path(spec["out"]).write_text(json.dumps(dataclasses.asdict(ex), default=str))
-    return 0
-
-
-def _row(used: locators.Used, selector: str) -> locators.RowLocator:
-    return next(r for r in used.rows if r.selector == selector)
-
-
-def needs_repair(then: dict, now: dict, row: locators.RowLocator) -> bool:
-    parts = [row.selector, *row.fields.values(), *row.other_fields.values()]
-    return any(_broke(then, now, s) for s in parts)
 
 
 def _frame(scratch: Path, week: str, got: dict):
@@ -245,9 +120,13 @@ def doctor(source: Source, apply: bool, echo) -> int:
     except SyntaxError as exc:
         raise FleetError(f"source {source.name}: {source.module_path} does not parse ({exc.msg}, line {exc.lineno}); "
                          f"fleet doctor repairs locators, not Python") from None
-    if not used.rows:
-        raise FleetError(f"source {source.name}: {source.module_path} has no row locator fleet doctor can read "
-                         f"(a page.locator(\"...\").evaluate_all(JS) whose JS reads fields with querySelector)")
+    if not used.rows and not used.chains:
+        raise FleetError(f"source {source.name}: {source.module_path} " + (
+            f"has no row locator fleet doctor can read: {'; '.join(used.unread)}" if used.unread else
+            "reads no row of the page through a locator (rows from page.locator(...).all(), .nth(i) or "
+            ".evaluate_all(JS), fields read from each row): nothing for fleet doctor to repair"))
+    for why in used.unread:
+        echo(f"fleet doctor {source.name}: not read, left as it is: {why}")
     with tempfile.TemporaryDirectory(prefix="fleet-doctor-") as tmp:
         tmp = Path(tmp)
         tmp.chmod(0o711)  # the sandbox's user reaches its attempts' folders in it
@@ -262,24 +141,46 @@ def doctor(source: Source, apply: bool, echo) -> int:
         echo(f"fleet doctor {source.name}: last good week {week} ({label}): {last.height} rows; "
              f"today's page, live, same week: {now_got['rows']} rows ({now_got['status']}"
              f"{': ' + now_got['error'].splitlines()[0] if now_got['error'] else ''})")
+        check_week, check_trial = week, Trial()
+        if not (today_har.exists() and repair.documents(today_har)):  # the site is down: its last failure's page
+            kept = stored_page.latest(source)
+            if kept is None:
+                echo(f"no replacement found: today's page could not be reached and no failed attempt of "
+                     f"{source.name} kept one (its evidence's page.html); retry when the site answers")
+                return 1
+            today_har = stored_page.har(kept, today_dir / "har" / "stored.har.zip")
+            check_week, check_trial = kept.week, Trial(replay_har=today_har)
+            echo(f"  the site could not be reached: today's page is the one its failed attempt of week {kept.week} "
+                 f"kept ({kept.url})")
         ex = examine_sandboxed(source, har, today_har, None if har else last.to_dicts(), tmp)
         w = max([24, *(len(s) for s in ex.then)])
         echo(f"  {'locator':<{w}} {'then':>5} {'now':>5}")
         for s in ex.then:
             state = ("broken" if broken(ex, s) else "not known then" if ex.then[s] == "?" else
+                     "not known now (its rows are not found)" if ex.now[s] == "?" else
                      "never matched" if not ex.then[s] else "ok")
             show = lambda n: "bad" if n is None else str(n)  # noqa: E731
             echo(f"  {s:<{w}} {show(ex.then[s]):>5} {show(ex.now[s]):>5}  {state}")
-        rows_of = {s for r in used.rows for s in (r.selector, *r.fields.values(), *r.other_fields.values())}
-        stray = [s for s in ex.then if broken(ex, s) and s not in rows_of]
+        in_rows = {s for parts in rows_of(used).values() for s in parts}
+        stray = [s for s in ex.then if broken(ex, s) and s not in in_rows]
         for s in stray:
             echo(f"no replacement found for {s}: it holds none of the rows' values, so nothing says what replaces it")
         if not any(broken(ex, s) for s in ex.then):
             echo("every locator that matched last week matches today; nothing to propose")
             return 0
-        rows_new, fields_new = {}, {}
+        rows_new, fields_new, chain_edits = {}, {}, []
         for sel, p in ex.proposals.items():
-            row = _row(used, sel)
+            if (chained := chain_row(used, sel)) is not None:
+                if "error" in p:
+                    echo(f"no replacement found for {sel}: {p['error']}")
+                    return 1
+                chain_edits += [(chained.spans, p["row"])] if p["row"] != chained.chain else []
+                chain_edits += [(f.spans, p["fields"][f.name]) for f in chained.fields
+                                if p["fields"][f.name] != f.chain]
+                echo(f"proposal for {sel}: {p['found']} of last week's rows found on today's page"
+                     + ("" if p["exact"] else " (the locator also finds rows of the same shape that are new)"))
+                continue
+            row = js_row(used, sel)
             if "error" in p or row.other_fields and any(broken(ex, s) for s in row.other_fields.values()):
                 echo(f"no replacement found for {sel}: {p.get('error') or 'a field it reads by attribute broke'}")
                 return 1
@@ -291,7 +192,8 @@ def doctor(source: Source, apply: bool, echo) -> int:
         if stray:
             return 1
         try:
-            text = locators.patch(source.module_path, rows_new, fields_new)
+            text = locators.patch(source.module_path, rows_new, fields_new,
+                                  chains.patch(source.module_path.read_text(encoding="utf-8"), chain_edits))
         except SyntaxError:  # e.g. a selector's quotes inside the module's own string of the same quotes
             echo(f"no replacement found that fits: the proposed selectors {sorted(rows_new.values())} "
                  f"{sorted(fields_new.values())} cannot be written into {source.module_path.name}'s strings")
@@ -302,10 +204,11 @@ def doctor(source: Source, apply: bool, echo) -> int:
         module.write_text(text, encoding="utf-8")
         module.chmod(0o644)
         check_dir = _scratch(tmp, "check")
-        got = attempt(dataclasses.replace(source, module_path=module), week, check_dir, Trial())
-        new = _frame(check_dir, week, got)
+        got = attempt(dataclasses.replace(source, module_path=module), check_week, check_dir, check_trial)
+        new = _frame(check_dir, check_week, got)
         problems = verdict(last, got, new, tuple(source.key))
-        echo(f"the scraper with the proposal, against today's page: {got['rows']} rows (last week {last.height})")
+        echo(f"the scraper with the proposal, against today's page{'' if check_trial.replay_har is None else ' (kept)'}"
+             f": {got['rows']} rows (last week {last.height})")
         side_by_side(last, new, tuple(source.key), echo)
     if problems:
         echo(f"no replacement found that passes: {'; '.join(problems)}; {source.module_path} is unchanged")
@@ -320,8 +223,3 @@ def doctor(source: Source, apply: bool, echo) -> int:
     echo(f"applied to {source.module_path}; re-record its fixture with `fleet record {source.name}`")
     return 0
 
-
-if __name__ == "__main__":
-    import sys
-
-    sys.exit(_examine_main(sys.argv[1]))

@@ -8,6 +8,8 @@ A scraper is short Playwright code; its locators are string literals:
   * a *row locator*: a ``locator(...)`` whose ``evaluate_all(JS)`` maps each element to a row, with ``JS`` a string
     (or a module constant) of fields ``name: r.querySelector('.sub')?.textContent``: the field's sub-selector,
     relative to the row element. These are what ``fleet doctor`` can repair: their elements hold the rows' values.
+  * a row locator written as a Playwright locator chain, iterated (``.all()``, ``.nth(i)``), whose fields are read
+    per row (``row.locator("td.isbn").inner_text()``, ``row.get_by_test_id(...)``...): fleet/scraping/chains.py.
 Reading the source rather than recording selectors at run time works for a scraper that failed before reaching a
 locator, and says where each literal is, which a proposal needs to replace it.
 """
@@ -19,6 +21,8 @@ import difflib
 import json
 import re
 from pathlib import Path
+
+from fleet.scraping import chains
 
 SELECTOR_METHODS = frozenset({
     "locator", "fill", "click", "dblclick", "check", "uncheck", "hover", "type", "press", "select_option", "tap",
@@ -40,6 +44,9 @@ class RowLocator:
 class Used:
     selectors: list[str]            # every selector the module names, in order of appearance, once each
     rows: list[RowLocator]
+    chains: list[chains.Row] = dataclasses.field(default_factory=list)  # rows read through locator chains
+    unread: list[str] = dataclasses.field(default_factory=list)  # "line N: why" of each chain not followed
+    outside: set[str] = dataclasses.field(default_factory=set)  # selectors named outside the rows' chains too
 
     def sub_selectors(self) -> list[str]:
         return list(dict.fromkeys(s for r in self.rows for s in (*r.fields.values(), *r.other_fields.values())))
@@ -92,11 +99,16 @@ def parse(path: Path) -> Used:
     rows: dict[str, RowLocator] = {}
     calls = sorted((n for n in ast.walk(tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)),
                    key=lambda n: (n.lineno, n.col_offset))
+    chained, unread = chains.rows(tree, source, constants)
+    in_chains = set().union(*(r.calls for r in chained))
+    outside = set()
     for call in calls:
         attr = call.func.attr
         if attr in SELECTOR_METHODS and call.args and isinstance(call.args[0], ast.Constant) \
                 and isinstance(call.args[0].value, str):
             selectors.append(call.args[0].value)
+            if (call.lineno, call.col_offset) not in in_chains:
+                outside.add(call.args[0].value)
         if attr == "evaluate_all" and call.args:
             target = call.func.value
             row_sel = _locator_literal(target) or (named.get(target.id) if isinstance(target, ast.Name) else None)
@@ -106,17 +118,20 @@ def parse(path: Path) -> Used:
                 for m in FIELD_RE.finditer(js):
                     (row.fields if m.group(4) else row.other_fields)[m.group(1)] = m.group(3)
     for text in constants.values():
-        selectors += [m.group(2) for m in DOC_SELECTOR_RE.finditer(text)]
-    return Used(list(dict.fromkeys(selectors)), list(rows.values()))
+        found = [m.group(2) for m in DOC_SELECTOR_RE.finditer(text)]
+        selectors += found
+        outside.update(found)
+    return Used(list(dict.fromkeys(selectors)), list(rows.values()), chained, unread, outside)
 
 
-def patch(path: Path, rows: dict[str, str], fields: dict[tuple[str, str], str]) -> str:
+def patch(path: Path, rows: dict[str, str], fields: dict[tuple[str, str], str], source: str | None = None) -> str:
     """The module's source with the row locators ``rows`` (old -> new selector) and the value fields ``fields``
     ((field, old sub-selector) -> new) replaced: each string literal equal to an old row selector and each
     ``document.querySelector(All)('old')`` of a JavaScript string, and each ``field: r.querySelector('old')``.
     Everything else is left as it is. (A new selector holding the quote its JavaScript string uses is not made:
-    fleet/lifecycle/repair.py quotes attribute values with double quotes.)"""
-    source = Path(path).read_text(encoding="utf-8")
+    fleet/lifecycle/repair.py quotes attribute values with double quotes.) ``source``: the module's text, when
+    already patched otherwise."""
+    source = Path(path).read_text(encoding="utf-8") if source is None else source
     lines = source.splitlines(keepends=True)
     spans = []
     for node in ast.walk(ast.parse(source)):
