@@ -20,7 +20,7 @@ def test_the_dead_mans_switch_reads_the_data_repository(fleet_env):
         assert again.returncode == 1 and "(already alerted)" in again.stdout
         assert len(hook.posts) == 1  # one alert per missed week, however often the switch runs
 
-        clone_and_push(fleet_env.remote, {f"data/{W}/raw.parquet": b"PAR1 stands for a parquet file PAR1"},
+        clone_and_push(fleet_env.remote, {f"data/{W}/raw/books.parquet": b"PAR1 stands for a parquet file PAR1"},
                        f"fleet: raw rows for week {W}")
         res = run_fleet(env, "freshness", "--as-of", "2026-11-23T19:00:00Z")
         assert res.returncode == 0 and f"fresh: week {W}'s raw commit is in the data repository" in res.stdout, res.stdout

@@ -22,7 +22,8 @@ def due_week(now: dt.datetime, deadline: Deadline) -> dt.date:
 
 
 def committed_weeks(repo, cache: Path) -> list[str]:
-    """The weeks with a raw commit on the remote branch (``<prefix><week>/raw.parquet``), from a shallow fetch of
+    """The weeks with a raw commit on the remote branch (``<prefix><week>/raw/<source>.parquet``, or an older fleet's
+    ``<prefix><week>/raw.parquet``), from a shallow fetch of
     its tip into ``cache``: trees only, no LFS object is read. A remote git cannot read is a FleetError."""
     import git
 
@@ -42,8 +43,9 @@ def committed_weeks(repo, cache: Path) -> list[str]:
     except git.CommandError as exc:
         raise FleetError(f"cannot read the data repository {repo.redactor()(remote.url)} branch {repo.branch}: "
                          f"{repo.redactor()(failure(exc))}") from None
-    pattern = re.compile(re.escape(repo.prefix) + r"(\d{4}-\d{2}-\d{2})/raw\.parquet$")
-    return sorted(m.group(1) for m in map(pattern.match, names.splitlines()) if m)
+    # a source's raw file (fleet/transform/layout.py), or an older fleet's one-file week
+    pattern = re.compile(re.escape(repo.prefix) + r"(\d{4}-\d{2}-\d{2})/raw(?:/[^/]+)?\.parquet$")
+    return sorted({m.group(1) for m in map(pattern.match, names.splitlines()) if m})
 
 
 def check(repo, home: Path, now: dt.datetime, deadline: Deadline, *, start_week: str,
