@@ -12,7 +12,7 @@ import importlib.util
 from typing import Iterable
 
 from dagster import (
-    DagsterEventType, DagsterInstance, DagsterRun, EventLogRecord, RunRecord, RunsFilter,
+    AssetKey, AssetRecordsFilter, DagsterEventType, DagsterInstance, DagsterRun, EventLogRecord, RunRecord, RunsFilter,
 )
 
 # Each non-public member fleet uses, and why there is no public way (Dagster 1.13).
@@ -137,6 +137,12 @@ def pool_limit(instance, pool: str) -> int | None:
     if pool in set(storage.get_concurrency_keys()):
         return storage.get_concurrency_info(pool).slot_count
     return None
+
+
+def materialized(instance, key: AssetKey, partition: str) -> bool:
+    """Whether ``key`` has a materialization of ``partition`` (``DagsterInstance.fetch_materializations``, public)."""
+    found = instance.fetch_materializations(AssetRecordsFilter(asset_key=key, asset_partitions=[partition]), limit=1)
+    return bool(found.records)
 
 
 def check_history(instance, key, limit: int = 1000) -> list:

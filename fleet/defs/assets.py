@@ -320,12 +320,12 @@ def _check_specs(key: AssetKey, partitions_def) -> list:
                                            + " ".join(f"{name}: {text}" for name, text in SOURCE_CHECKS.items()))]
 
 
-def raw_asset(source: Source, partitions_def, crash_reruns: int, freshness=None):
-    """``raw/<source>``: its own op, so its own step and process, with the source's quality check, its freshness
-    policy (from the schedule: fleet/defs/automation.py) and its owner."""
+def raw_asset(source: Source, partitions_def, crash_reruns: int):
+    """``raw/<source>``: its own op, so its own step and process, with the source's quality check, its weekly freshness
+    check (fleet/defs/freshness.py) and its owner."""
     key = AssetKey(["raw", source.name])
     return asset(
-        retry_policy=crash_retry_policy(crash_reruns), freshness_policy=freshness,
+        retry_policy=crash_retry_policy(crash_reruns),
         owners=[source.owner] if source.owner else None,
         key=key, partitions_def=partitions_def, pool="scrapers", group_name=RAW_GROUP,
         description=source.description, kinds={"playwright", "parquet"},
@@ -334,8 +334,8 @@ def raw_asset(source: Source, partitions_def, crash_reruns: int, freshness=None)
     )(_raw_compute(source, crash_reruns))
 
 
-def raw_assets(sources: list[Source], partitions_def, crash_reruns: int, freshness=None) -> list:
-    return [raw_asset(source, partitions_def, crash_reruns, freshness) for source in sources]
+def raw_assets(sources: list[Source], partitions_def, crash_reruns: int) -> list:
+    return [raw_asset(source, partitions_def, crash_reruns) for source in sources]
 
 
 def publish_assets(sources: list[Source], partitions_def):

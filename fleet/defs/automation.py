@@ -4,7 +4,7 @@ from __future__ import annotations
 import datetime as dt
 
 from dagster import (
-    DagsterRunStatus, DefaultScheduleStatus, DefaultSensorStatus, FreshnessPolicy, RunRequest, RunStatusSensorContext,
+    DagsterRunStatus, DefaultScheduleStatus, DefaultSensorStatus, RunRequest, RunStatusSensorContext,
     ScheduleEvaluationContext, SkipReason, run_status_sensor, schedule,
 )
 
@@ -12,20 +12,10 @@ from fleet import records
 from fleet.policy import taxonomy as tx
 from fleet.defs.runworker import LOST_TAG
 from fleet.policy.followup import follow_up_request
-from fleet.weeks import Deadline, last_complete_week
+from fleet.weeks import last_complete_week
 
 # The weekly tick: Monday 06:00 UTC, for the week that ended on Sunday.
-SCHEDULE_CRON, SCHEDULE_AFTER_WEEK = "0 6 * * 1", dt.timedelta(hours=6)
-
-
-def raw_freshness(deadline: Deadline) -> FreshnessPolicy:
-    """Each raw asset's freshness in the UI, from the schedule: materialized between the weekly tick and the
-    week's deadline (FLEET_FRESHNESS_DEADLINE, ``mon 12:00`` by default), else it fails its policy until it is.
-    A deadline before the tick allows the whole week before it."""
-    due = dt.timedelta(days=deadline.day, hours=deadline.hour, minutes=deadline.minute)
-    window = due - SCHEDULE_AFTER_WEEK if due - SCHEDULE_AFTER_WEEK >= dt.timedelta(minutes=1) else dt.timedelta(days=7)
-    return FreshnessPolicy.cron(deadline_cron=f"{deadline.minute} {deadline.hour} * * {(deadline.day + 1) % 7}",
-                                lower_bound_delta=window, timezone="UTC")
+SCHEDULE_CRON = "0 6 * * 1"
 
 
 def _follow(context: RunStatusSensorContext, crash_reruns: int, artifacts):

@@ -5,9 +5,10 @@ from dagster import AssetSelection, Definitions, define_asset_job, in_process_ex
 
 from fleet.config import Settings, freshness_deadline, scraper_dirs, settings
 from fleet.defs.assets import PUBLISH_GROUP, RAW_GROUP, partitions, publish_assets, raw_assets
-from fleet.defs.automation import build_automation, raw_freshness
+from fleet.defs.automation import build_automation
 from fleet.defs.canary import build_canary
 from fleet.defs.executor import fleet_executor
+from fleet.defs.freshness import freshness_checks
 from fleet.defs.resources import from_settings
 from fleet.scraping.discovery import discover
 
@@ -21,9 +22,11 @@ def build_defs(s: Settings | None = None) -> Definitions:
     s = s or settings()
     sources = discover(scraper_dirs())
     parts = partitions(s.start_week)
-    raw = raw_assets(sources, parts, s.crash_reruns, raw_freshness(freshness_deadline()))
+    raw = raw_assets(sources, parts, s.crash_reruns)
+    fresh, fresh_job, fresh_schedule = freshness_checks([a.key for a in raw], freshness_deadline(), s.start_week)
     publish = publish_assets(sources, parts)
-    scrape_job = define_asset_job("scrape_week", selection=AssetSelection.groups(RAW_GROUP),
+    # the freshness checks judge the due week on their own schedule, never inside a week's scrape
+    scrape_job = define_asset_job("scrape_week", selection=AssetSelection.groups(RAW_GROUP) - AssetSelection.checks(fresh),
                                   description="Scrape every source for one week (raw/<source> assets).")
     # The publish stage is four steps in a chain on stored artifacts: they run one after another in the run's
     # process. A crash loses nothing, since each step's result is persisted and the raw commit lands before
@@ -34,8 +37,9 @@ def build_defs(s: Settings | None = None) -> Definitions:
     resources = from_settings(s)
     sensors, schedules = build_automation(scrape_job, publish_job, s.crash_reruns, resources["artifacts"])
     canary_job, canary_schedule = build_canary(sources)
-    return Definitions(assets=[*raw, *publish], jobs=[scrape_job, publish_job, canary_job], sensors=sensors,
-                       schedules=[*schedules, canary_schedule], executor=scrape_executor(s), resources=resources)
+    return Definitions(assets=[*raw, *publish], asset_checks=[fresh], jobs=[scrape_job, publish_job, canary_job, fresh_job],
+                       sensors=sensors, schedules=[*schedules, canary_schedule, fresh_schedule],
+                       executor=scrape_executor(s), resources=resources)
 
 
 def scrape_executor(s: Settings):
