@@ -168,12 +168,14 @@ class PoliteRoute:
         self._spawn(self.polite.note(request.url, response.status, retry_after_s(response.headers.get("retry-after"))))
 
     def _on_done(self, request) -> None:
-        root = self._root.pop(request, None)
+        root = self._root.get(request)
         if root is None:
             return
-        if request in self._redirecting:  # its next hop goes on in the same slot
+        if request in self._redirecting:  # its next hop goes on in the same slot (its "request" comes after this)
             self._redirecting.discard(request)
             return
+        for hop in [r for r, of in self._root.items() if of is root]:
+            del self._root[hop]
         self._spawn(self._free(root))
 
     def _spawn(self, coro) -> None:
