@@ -61,9 +61,9 @@ class Scraper:
       block_markers  extra case-insensitive substrings of a page's HTML that mean a captcha or bot-check page
                  (on top of FLEET_BLOCK_MARKERS): ``ctx.goto`` then fails the source as ``blocked``
       polite_concurrency, polite_interval_s  this scraper's limits for the domains it visits (at most N
-                 navigations at once, at least T seconds between them), stricter than FLEET_DOMAIN_*; they bind
+                 requests at once, at least T seconds between them: fleet/scraping/polite_route.py), stricter than FLEET_DOMAIN_*; they bind
                  every source of this host that visits those domains after it
-      obey_robots, obey_robots_reason  ``ctx.goto`` obeys the site's robots.txt (fleet/scraping/robots.py) unless
+      obey_robots, obey_robots_reason  every request of the page obeys the site's robots.txt (fleet/scraping/robots.py) unless
                  ``obey_robots = False``, which needs a reason (recorded in the source's metadata)
       owner      who answers for the source: an email or ``team:NAME`` (Dagster's owners); its alerts go to the
                  owner's route in FLEET_ALERT_ROUTES (fleet/quality/alerts.py), else the default one

@@ -1,5 +1,6 @@
-"""Politeness per domain, across every source that reaches a domain: at most N navigations (``ctx.goto``) in
-flight at once and at least T seconds between their starts.
+"""Politeness per domain, across every source that reaches a domain: at most N requests in flight at once and at
+least T seconds between their starts (which requests, and the browser context's route that holds them:
+fleet/scraping/polite_route.py).
 
 Where the bounds are kept:
 
