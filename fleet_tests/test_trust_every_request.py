@@ -150,3 +150,20 @@ def test_ctx_goto_refuses_a_page_of_a_context_fleet_did_not_open(scrape_home, tm
     assert (out.status, out.category) == ("failed", "source"), out
     assert "this page is not of the browser context fleet opened for the source" in out.error, out.error
     assert _paths(sites, "/books") == []
+
+
+def test_a_third_partys_requests_pass_untouched(scrape_home, tmp_path, sites):
+    """A fetch to a site the source's pages never navigated to is neither checked against its robots.txt (which
+    here disallows everything) nor counted."""
+    other_state = tmp_path / "other-state"
+    other_state.mkdir()
+    (other_state / "robots.txt").write_text("User-agent: *\nDisallow: /\n")
+    with DemoSites(latency_ms=0, state_dir=other_state) as other:
+        out, _ = run(scrape_home, scraper(tmp_path, "third_party", f"""
+            await ctx.goto(page, site_url("/catalog?page=1"))
+            await page.evaluate("u => fetch(u, {{mode: 'no-cors'}})", "{other.url}/api/stocks?week=x")
+            yield {{"id": 1}}
+        """, module=IMPORT))
+        assert out.status == "ok", out
+        assert _paths(other, "/api/stocks") == ["/api/stocks"] and _paths(other, "/robots.txt") == []
+    assert out.domains["127.0.0.1"]["requests"] == 1, out.domains

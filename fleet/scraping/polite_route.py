@@ -3,8 +3,8 @@
 the context (fleet/engine/attempt.py), holds robots.txt, the domain's bounds and its 429 back-off
 (fleet/scraping/politeness.py) for them.
 
-What counts as a request: every document (a navigation, in any frame; a main frame's navigation makes its site one
-the source scrapes), and every xhr and fetch to a site the source scrapes. A page's own images, styles, scripts and
+What counts as a request: every document (a navigation; a main frame's makes its site one the source scrapes), and
+every subframe's document, xhr and fetch to a site the source scrapes. A page's own images, styles, scripts and
 fonts, and third parties' requests, pass untouched: they are what a browser loads to show a page the site chose to
 serve, and spacing each of them by the domain's interval would make one page take many intervals.
 
@@ -22,6 +22,7 @@ import logging
 from urllib.parse import urlsplit
 
 from fleet.errors import BlockedError, FleetError
+from fleet.scraping.blocked import retry_after_s
 from fleet.scraping.robots import site_of
 
 COUNTED = ("xhr", "fetch")  # besides documents, on the sites a source scrapes
@@ -94,10 +95,11 @@ class PoliteRoute:
             return False
         if request.resource_type == "document":
             with contextlib.suppress(Exception):  # a worker's request has no frame
-                if request.frame.parent_frame is None:
+                if request.frame.parent_frame is None:  # a page's own navigation: its site is scraped
                     self.sites.add(site)
-            return True
-        return request.resource_type in COUNTED and site in self.sites
+        elif request.resource_type not in COUNTED:
+            return False
+        return site in self.sites
 
     async def _route(self, route) -> None:
         request = route.request
@@ -163,8 +165,6 @@ class PoliteRoute:
             return
         if response.status in REDIRECTS and response.headers.get("location"):
             self._redirecting.add(request)
-        from fleet.scraping.blocked import retry_after_s
-
         self._spawn(self.polite.note(request.url, response.status, retry_after_s(response.headers.get("retry-after"))))
 
     def _on_done(self, request) -> None:
