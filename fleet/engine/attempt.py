@@ -25,6 +25,7 @@ from fleet.errors import BlockedError, NavigationError
 from fleet.scraping.contract import ScrapeContext
 from fleet.scraping.discovery import Source, load_module
 from fleet.scraping.politeness import Politeness
+from fleet.scraping.polite_route import PoliteRoute
 from fleet.engine import failure
 from fleet.engine.chromium import GONE_EVENT_WAIT_S, OwnBrowser, open_browser
 from fleet.engine.evidence import capture, dump_stacks_on_request, start_trace, stop_dumping_stacks, stop_trace
@@ -94,7 +95,7 @@ async def scrape(own: OwnBrowser, spec: dict) -> dict:
         missing: list[str] = []  # what a replay asked for that its HAR does not hold
         try:
             lost = own.watch()  # between sources, or as this one's page opened: fleet's side, not the source's
-            context = await open_context(browser, spec, missing)
+            context = await open_context(browser, spec, missing, ctx.politeness)
             tracing = await start_trace(context, spec, log)  # never raises: the attempt goes on without a trace
             page = await context.new_page()
             lost += own.watch()
@@ -165,7 +166,8 @@ async def scrape(own: OwnBrowser, spec: dict) -> dict:
                                       f"but must not exit its attempt process") from None
 
         try:
-            await _until_gone(consume(), gone, timeout=max(0.1, ctx.deadline - grace - time.monotonic()))
+            await _until_gone(consume(), gone, timeout=max(0.1, ctx.deadline - grace - time.monotonic()),
+                              route=ctx.politeness.route if ctx.politeness else None)
             result = {"status": "ok" if count else "empty", "category": None}
         except SoftDeadline:  # fleet's own deadline; a TimeoutError the scraper raised is its error, below
             log.warning("[run %s] [%s] soft deadline reached; saving evidence before the hard limit",
@@ -232,6 +234,8 @@ async def scrape(own: OwnBrowser, spec: dict) -> dict:
                       domains=ctx.politeness.summary() if ctx.politeness else {})  # robots.txt, 429s: politeness.py
         with contextlib.suppress(Exception):
             await asyncio.wait_for(context.close(), 10)
+        if ctx.politeness and ctx.politeness.route:  # the slots its requests still held
+            await ctx.politeness.route.close()
     finally:
         browser.remove_listener("disconnected", on_gone)
         stop_dumping_stacks()
@@ -243,15 +247,17 @@ async def scrape(own: OwnBrowser, spec: dict) -> dict:
 NEEDED = ("document", "xhr", "fetch")
 
 
-async def open_context(browser, spec: dict, missing: list[str]):
+async def open_context(browser, spec: dict, missing: list[str], politeness=None):
     """The attempt's browser context. Its network is the live one, the live one recorded into ``record_har``
     (Playwright's HAR, written as the context closes), or ``replay_har`` replayed offline: a request the HAR lacks
-    is aborted, and one of the ``NEEDED`` kinds added to ``missing``. Service workers are blocked for a HAR, whose
-    recorder and router do not see their requests."""
-    if not (spec.get("record_har") or spec.get("replay_har")):
+    is aborted, and one of the ``NEEDED`` kinds added to ``missing``. ``politeness`` holds for every request of it
+    (polite_route.py). Service workers are blocked when anything routes: routes do not see their requests."""
+    if not (spec.get("record_har") or spec.get("replay_har") or politeness):
         return await browser.new_context()
     options = {"record_har_path": spec["record_har"], "record_har_mode": "full"} if spec.get("record_har") else {}
     context = await browser.new_context(service_workers="block", **options)
+    if politeness:  # the oldest route: a replay's HAR answers first, and reaches no site
+        await PoliteRoute(politeness).install(context)
     if spec.get("replay_har"):
         async def not_in_fixture(route):
             if route.request.resource_type in NEEDED:
@@ -312,17 +318,25 @@ class SoftDeadline(Exception):
     builtin ``TimeoutError``, which a scraper's own expired ``asyncio.wait_for`` (or any library) raises too."""
 
 
-async def _until_gone(work, gone: asyncio.Event, timeout: float):
+async def _until_gone(work, gone: asyncio.Event, timeout: float, route=None):
     """Await ``work``; stop it at once if the browser dies (it would otherwise sit until its timeout, for a page
-    that will never answer), or at ``timeout`` (``SoftDeadline``). An exception of ``work`` propagates as it is."""
+    that will never answer), or ``route`` refused a request (the source is blocked, whatever the scraper makes of
+    its click's error), or at ``timeout`` (``SoftDeadline``). An exception of ``work`` propagates as it is."""
     task = asyncio.ensure_future(work)
     watcher = asyncio.ensure_future(gone.wait())
+    refused = asyncio.ensure_future(route.refused.wait() if route else asyncio.Event().wait())
     try:
-        done, _ = await asyncio.wait({task, watcher}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+        done, _ = await asyncio.wait({task, watcher, refused}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
     finally:
         watcher.cancel()
-    if task in done:
+        refused.cancel()
+    if task in done and not (route and route.refusal):
         return task.result()
+    if route and route.refusal:
+        task.cancel()
+        with contextlib.suppress(BaseException):
+            await asyncio.wait_for(task, 2)
+        raise route.refusal
     task.cancel()
     with contextlib.suppress(BaseException):
         await asyncio.wait_for(task, 2)

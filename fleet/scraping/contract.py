@@ -61,9 +61,9 @@ class Scraper:
       block_markers  extra case-insensitive substrings of a page's HTML that mean a captcha or bot-check page
                  (on top of FLEET_BLOCK_MARKERS): ``ctx.goto`` then fails the source as ``blocked``
       polite_concurrency, polite_interval_s  this scraper's limits for the domains it visits (at most N
-                 navigations at once, at least T seconds between them), stricter than FLEET_DOMAIN_*; they bind
+                 requests at once, at least T seconds between them: fleet/scraping/polite_route.py), stricter than FLEET_DOMAIN_*; they bind
                  every source of this host that visits those domains after it
-      obey_robots, obey_robots_reason  ``ctx.goto`` obeys the site's robots.txt (fleet/scraping/robots.py) unless
+      obey_robots, obey_robots_reason  every request of the page obeys the site's robots.txt (fleet/scraping/robots.py) unless
                  ``obey_robots = False``, which needs a reason (recorded in the source's metadata)
       optional   columns that may legitimately be null in any share of rows (a discount, a field only a deep run
                  fills): the coverage check never judges their fill. Every other column must be filled in at least
@@ -244,16 +244,27 @@ class ScrapeContext:
             # Read by fleet if this process has to be killed: the URL it was stuck on.
             self._progress_path.write_text(url)
 
+        # robots.txt, the domain's bounds and its 429s are the context's route's (polite_route.py), for this
+        # navigation and its page's own; here a disallowed URL is refused before the browser, and the slot is
+        # taken before page.goto, so that waiting for the domain is not part of the page's timeout
+        route = self.politeness.route if self.politeness else None
+        if self.politeness and (route is None or not route.guards(page)):
+            raise NavigationError(f"source {self.source}: ctx.goto({url}): this page is not of the browser context "
+                                  f"fleet opened for the source, where robots.txt and the domain's bounds hold; use "
+                                  f"the page fleet hands to scrape() (or a page of its context)", url=url)
+
         async def once():
             if self.politeness:  # robots.txt: a disallowed URL is not requested (BlockedError)
                 await self.politeness.allowed(url)
             try:
-                async with self.politeness.request(url) if self.politeness else contextlib.nullcontext():
+                async with route.ahead(url) if route else contextlib.nullcontext():
                     response = await page.goto(url, timeout=timeout_ms, wait_until=wait_until)
             except Exception as exc:  # playwright.Error / TimeoutError
+                if route:  # a redirect or a request of the page refused: the rule, not ERR_BLOCKED_BY_CLIENT
+                    route.raise_refusal()
                 raise _navigation_error_from(exc, url) from exc
-            if self.politeness and response is not None:  # the domain's summary, and its 429s' backoff
-                await self.politeness.note(url, response.status, bot.retry_after_s(response.headers.get("retry-after")))
+            if route:
+                route.raise_refusal()
             if response is not None and response.status == 403:
                 raise BlockedError(f"source {self.source}: blocked: HTTP 403 for {url}", url=url, status=403)
             if response is not None and response.status >= 400:

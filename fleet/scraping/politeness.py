@@ -1,5 +1,6 @@
-"""Politeness per domain, across every source that reaches a domain: at most N navigations (``ctx.goto``) in
-flight at once and at least T seconds between their starts.
+"""Politeness per domain, across every source that reaches a domain: at most N requests in flight at once and at
+least T seconds between their starts (which requests, and the browser context's route that holds them:
+fleet/scraping/polite_route.py).
 
 Where the bounds are kept:
 
@@ -70,6 +71,10 @@ return string.format('%.6f', wait)
 """
 
 
+async def _nothing() -> None:
+    pass
+
+
 def _safe(host: str) -> str:
     """``host`` as a file name or key part: lower case, anything but letters, digits, dots and dashes as ``_``."""
     return re.sub(r"[^a-z0-9.-]", "_", host.lower())
@@ -128,6 +133,7 @@ class Politeness:
         self._recorded: set[str] = set()  # hosts this attempt has written its declaration for
         self._redis = None
         self._said_down = False
+        self.route = None  # the browser context's route that holds these bounds (polite_route.py), once installed
 
     def declare(self, concurrency: int | None, interval_s: float | None) -> None:
         self.own = (concurrency, interval_s)
@@ -199,10 +205,19 @@ class Politeness:
     @contextlib.asynccontextmanager
     async def request(self, url: str):
         """Hold a slot of ``url``'s domain, spaced from the last request to it, for the ``async with`` block."""
+        release = await self.hold(url)
+        try:
+            yield
+        finally:
+            await release()
+
+    async def hold(self, url: str):
+        """Take a slot of ``url``'s domain, spaced from the last request to it, and count the request; returns the
+        coroutine function that frees the slot (a request routed in the browser ends in another callback than the
+        one that took its slot: fleet/scraping/polite_route.py)."""
         host = urlsplit(url).hostname
         if not host:  # about:blank, data: URLs: no site to be polite to
-            yield
-            return
+            return _nothing
         release = None
         self._stats(host)["requests"] += 1
         if self.shared:
@@ -214,10 +229,7 @@ class Politeness:
                 self._say_down(exc)
         if release is None:
             release = await self._acquire_local(host)
-        try:
-            yield
-        finally:
-            await release()
+        return release
 
     def _say_down(self, exc: BaseException) -> None:
         if not self._said_down:

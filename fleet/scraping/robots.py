@@ -1,7 +1,7 @@
 """robots.txt, by the book (RFC 9309), with the standard library's ``urllib.robotparser``: fetched once per site
 (scheme, host and port) per week, kept under ``FLEET_HOME/politeness/robots/<week>/``, and obeyed by every
-``ctx.goto``: a disallowed URL is not requested (the source fails as ``blocked``, naming the rule), and a
-``Crawl-delay`` (or ``Request-rate``) becomes the domain's minimum interval between navigations.
+request fleet/scraping/polite_route.py holds: a disallowed URL is not requested (the source fails as ``blocked``,
+naming the rule), and a ``Crawl-delay`` (or ``Request-rate``) becomes the domain's minimum interval between them.
 
 fleet's user-agent token is ``fleet``: a group for ``fleet`` applies, else the ``*`` group. A robots.txt answered
 with 401 or 403 disallows everything; any other 4xx (none there) allows everything; a 5xx or no answer is
