@@ -37,7 +37,8 @@ def _follow(context: RunStatusSensorContext, crash_reruns: int, artifacts):
     return request
 
 
-def build_automation(scrape_job, publish_job, crash_reruns: int, artifacts):
+def build_automation(scrape_job, publish_job, crash_reruns: int, artifacts, cron: str = SCHEDULE_CRON,
+                     running: bool = False):
     # every run of the instance, also those `fleet run` executes in its own process (they have no code location)
     @run_status_sensor(run_status=DagsterRunStatus.FAILURE, request_jobs=[scrape_job, publish_job],
                        name="fleet_after_failed_run", minimum_interval_seconds=5,
@@ -62,8 +63,8 @@ def build_automation(scrape_job, publish_job, crash_reruns: int, artifacts):
         """After a scrape-only run succeeds, consolidate and commit the week."""
         return _follow(context, crash_reruns, artifacts)
 
-    @schedule(job=scrape_job, cron_schedule=SCHEDULE_CRON, execution_timezone="UTC", name="weekly_fleet",
-              default_status=DefaultScheduleStatus.STOPPED)
+    @schedule(job=scrape_job, cron_schedule=cron, execution_timezone="UTC", name="weekly_fleet",
+              default_status=DefaultScheduleStatus.RUNNING if running else DefaultScheduleStatus.STOPPED)
     def weekly_fleet(context: ScheduleEvaluationContext):
         """Every Monday, scrape the week that just ended (the tick's own time, never the wall clock)."""
         week = last_complete_week(context.scheduled_execution_time.date()).isoformat()
