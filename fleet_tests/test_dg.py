@@ -222,3 +222,16 @@ def test_attributes_win_over_the_environment_which_gives_the_rest_and_is_not_wri
     assert spec.alert_routes == {"team:data": "https://hooks.example.com/data"}
     with pytest.raises(Exception, match=r"defs\.yaml: scrapers names no folder at .*/nowhere$"):
         FleetComponent(scrapers=["nowhere"]).spec(tmp_path)
+
+
+def test_the_readmes_defs_yaml_loads_as_written(tmp_path):
+    readme = (ROOT / "README.md").read_text()
+    section = readme[readme.index("## As a dg project / component"):readme.index("## Commands")]
+    block = section[section.index("```yaml\n") + 8:section.index("```", section.index("```yaml\n") + 8)]
+    project = _project(tmp_path / "other")
+    env = _env(tmp_path)
+    dg(env, project, "scaffold", "defs", COMPONENT, "weekly")
+    (project / "other" / "defs" / "weekly" / "defs.yaml").write_text(block)
+    listed = _listed(env, project)
+    assert sorted(a["asset_key"] for a in listed["assets"]) == sorted(["raw/example", *PUBLISH])
+    assert {s["name"]: s["cron_schedule"] for s in listed["schedules"]}["weekly_fleet"] == "0 6 * * 1"

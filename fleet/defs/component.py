@@ -9,13 +9,12 @@ from __future__ import annotations
 import dataclasses
 import json
 from pathlib import Path
-from typing import Optional
+from typing import Annotated, Optional
 
 from dagster import (
-    AssetSelection, Component, ComponentLoadContext, Definitions, Model, Resolvable, Scaffolder, ScaffoldRequest,
-    define_asset_job, in_process_executor, multiprocess_executor, scaffold_with,
+    AssetSelection, Component, ComponentLoadContext, Definitions, Model, Resolvable, Resolver, Scaffolder,
+    ScaffoldRequest, define_asset_job, in_process_executor, multiprocess_executor, scaffold_with,
 )
-from pydantic import Field
 
 from fleet import config
 from fleet.config import PROJECT_ROOT, Settings
@@ -67,32 +66,39 @@ class FleetScaffolder(Scaffolder):
         (folder / "defs.yaml").write_text(DEFS_YAML.format(type=request.type_name))
 
 
+def _about(description: str) -> Resolver:  # an attribute's description in the component's YAML schema
+    return Resolver.default(description=description)
+
+
 @scaffold_with(FleetScaffolder)
 class FleetComponent(Component, Model, Resolvable):
     """A weekly fleet of Playwright scrapers: a raw asset per source, consolidation, the Git-LFS commits, their
     checks, sensors and schedule. An attribute left out is fleet's environment setting named in its description."""
 
-    scrapers: Optional[list[str]] = Field(
-        None, description="Folders of scraper modules, relative to this defs.yaml's folder (FLEET_SCRAPERS_DIR).")
-    data_remote: Optional[str] = Field(
-        None, description="URL or path of the data repository the weeks are committed to (FLEET_DATA_REMOTE).")
-    data_branch: Optional[str] = Field(None, description="Its branch (FLEET_DATA_BRANCH).")
-    data_prefix: Optional[str] = Field(None, description="The only folder fleet changes in it (FLEET_DATA_PREFIX).")
-    start_week: Optional[str] = Field(
-        None, description="The first week: a Monday (2026-01-05) or an ISO week (2026-W02) (FLEET_START_WEEK).")
-    schedule: Optional[str] = Field(
-        None, description=f"Cron of the weekly run, UTC, for the week that ended before it ({SCHEDULE_CRON!r}).")
-    schedule_running: bool = Field(
-        False, description="Whether the schedule is on when first loaded (else it is turned on in the UI).")
-    max_parallel: Optional[int] = Field(None, description="The cap on sources scraping at once (FLEET_MAX_PARALLEL).")
-    crash_reruns: Optional[int] = Field(
-        None, description="The crash budget: re-runs of a source whose attempt crashed, per week (FLEET_CRASH_RERUNS).")
-    freshness_deadline: Optional[str] = Field(
-        None, description="When a week's raw commit is due, e.g. 'mon 12:00' (FLEET_FRESHNESS_DEADLINE).")
-    alert_webhook: Optional[str] = Field(
-        None, description="An http(s) URL receiving one JSON POST per alert (FLEET_ALERT_WEBHOOK).")
-    alert_routes: Optional[dict[str, str]] = Field(
-        None, description="Owner (an email or team:NAME) -> webhook URL or slack:#channel (FLEET_ALERT_ROUTES).")
+    scrapers: Annotated[Optional[list[str]], _about(
+        "Folders of scraper modules, relative to this defs.yaml's folder (FLEET_SCRAPERS_DIR).")] = None
+    data_remote: Annotated[Optional[str], _about(
+        "URL or path of the data repository the weeks are committed to (FLEET_DATA_REMOTE).")] = None
+    data_branch: Annotated[Optional[str], _about(
+        "Its branch (FLEET_DATA_BRANCH).")] = None
+    data_prefix: Annotated[Optional[str], _about(
+        "The only folder fleet changes in it (FLEET_DATA_PREFIX).")] = None
+    start_week: Annotated[Optional[str], _about(
+        "The first week: a Monday (2026-01-05) or an ISO week (2026-W02) (FLEET_START_WEEK).")] = None
+    schedule: Annotated[Optional[str], _about(
+        f"Cron of the weekly run, UTC, for the week that ended before it ({SCHEDULE_CRON!r}).")] = None
+    schedule_running: Annotated[bool, _about(
+        "Whether the schedule is on when first loaded (else it is turned on in the UI).")] = False
+    max_parallel: Annotated[Optional[int], _about(
+        "The cap on sources scraping at once (FLEET_MAX_PARALLEL).")] = None
+    crash_reruns: Annotated[Optional[int], _about(
+        "The crash budget: re-runs of a source whose attempt crashed, per week (FLEET_CRASH_RERUNS).")] = None
+    freshness_deadline: Annotated[Optional[str], _about(
+        "When a week's raw commit is due, e.g. 'mon 12:00' (FLEET_FRESHNESS_DEADLINE).")] = None
+    alert_webhook: Annotated[Optional[str], _about(
+        "An http(s) URL receiving one JSON POST per alert (FLEET_ALERT_WEBHOOK).")] = None
+    alert_routes: Annotated[Optional[dict[str, str]], _about(
+        "Owner (an email or team:NAME) -> webhook URL or slack:#channel (FLEET_ALERT_ROUTES).")] = None
 
     def build_defs(self, context: ComponentLoadContext) -> Definitions:
         here = Path(context.path)
@@ -191,7 +197,7 @@ def scrape_executor(s: Settings, preload: tuple[str, ...] = PRELOAD):
     }))
 
 
-EXAMPLE_SCRAPER = '''"""example: a source that visits no page, so the fleet runs before any real one is written (`fleet new`)."""
+EXAMPLE_SCRAPER = '''"""example: visits no page, so the fleet runs before a real source is written (`fleet new`)."""
 import polars as pl
 
 from fleet import Scraper
@@ -210,8 +216,8 @@ class Example(Scraper):
         yield {"id": 1, "title": await page.title()}
 '''
 
-DEFS_YAML = '''# One fleet of Playwright scrapers (fleet's README, "As a dg project / component"). An attribute left out is
-# fleet's environment setting named beside it.
+DEFS_YAML = '''# One fleet of Playwright scrapers (fleet's README, "As a dg project / component"). An attribute left
+# out is fleet's environment setting named beside it.
 type: {type}
 
 attributes:
