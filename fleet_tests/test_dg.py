@@ -4,6 +4,7 @@ import importlib.metadata
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -175,7 +176,9 @@ def test_a_bad_attribute_is_one_line_naming_it_and_its_file(tmp_path):
 
 def test_dg_dev_serves_fleets_definitions_and_stops_on_ctrl_c(tmp_path):
     env = _env(tmp_path, FLEET_SCRAPERS_DIR=str(_scrapers(tmp_path / "scrapers", "alpha")))
-    port = 3000 + os.getpid() % 2000
+    with socket.socket() as s:  # a free port, not one another test's server may hold
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
     # a new session with SIGINT restored: a background process ignores it otherwise (GUIDE, field notes)
     proc = subprocess.Popen([_dg(), "dev", "--port", str(port)], env=env, cwd=ROOT, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL, start_new_session=True,
