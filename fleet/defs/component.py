@@ -109,15 +109,15 @@ class FleetComponent(Component, Model, Resolvable):
     def spec(self, folder: Path, preload: tuple[str, ...] = PRELOAD) -> FleetSpec:
         """This fleet's attributes over the environment's settings; os.environ is read, never written. A bad
         attribute is one FleetError naming it and its defs.yaml."""
+        base = FleetSpec.from_env()  # a bad FLEET_* variable is named as such, not as the YAML's fault
         try:
-            return self._spec(folder, preload)
+            return self._spec(folder, preload, base)
         except FleetError as exc:
             raise FleetError(f"{folder / 'defs.yaml'}: {exc}") from None
 
-    def _spec(self, folder: Path, preload: tuple[str, ...]) -> FleetSpec:
+    def _spec(self, folder: Path, preload: tuple[str, ...], base: FleetSpec) -> FleetSpec:
         from fleet.quality.alerts import parse_routes
 
-        base = FleetSpec.from_env()
         s = base.settings
         for name in ("max_parallel", "crash_reruns"):
             value = getattr(self, name)
