@@ -1,7 +1,6 @@
 """Schedule and run-status sensors: the weekly tick, crash re-execution, and consolidation after the scrape stage."""
 from __future__ import annotations
 
-import datetime as dt
 
 from dagster import (
     DagsterRunStatus, DefaultScheduleStatus, DefaultSensorStatus, RunRequest, RunStatusSensorContext,
@@ -27,7 +26,8 @@ def _follow(context: RunStatusSensorContext, crash_reruns: int, artifacts):
     return request
 
 
-def build_automation(scrape_job, publish_job, crash_reruns: int, artifacts):
+def build_automation(scrape_job, publish_job, crash_reruns: int, artifacts, cron: str = SCHEDULE_CRON,
+                     running: bool = False):
     # every run of the instance, also those `fleet run` executes in its own process (they have no code location)
     @run_status_sensor(run_status=DagsterRunStatus.FAILURE, request_jobs=[scrape_job, publish_job],
                        name="fleet_after_failed_run", minimum_interval_seconds=5,
@@ -52,8 +52,8 @@ def build_automation(scrape_job, publish_job, crash_reruns: int, artifacts):
         """After a scrape-only run succeeds, consolidate and commit the week."""
         return _follow(context, crash_reruns, artifacts)
 
-    @schedule(job=scrape_job, cron_schedule=SCHEDULE_CRON, execution_timezone="UTC", name="weekly_fleet",
-              default_status=DefaultScheduleStatus.STOPPED)
+    @schedule(job=scrape_job, cron_schedule=cron, execution_timezone="UTC", name="weekly_fleet",
+              default_status=DefaultScheduleStatus.RUNNING if running else DefaultScheduleStatus.STOPPED)
     def weekly_fleet(context: ScheduleEvaluationContext):
         """Every Monday, scrape the week that just ended (the tick's own time, never the wall clock)."""
         week = last_complete_week(context.scheduled_execution_time.date()).isoformat()
