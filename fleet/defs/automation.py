@@ -1,7 +1,6 @@
 """Schedule and run-status sensors: the weekly tick, crash re-execution, and consolidation after the scrape stage."""
 from __future__ import annotations
 
-
 from dagster import (
     DagsterRunStatus, DefaultScheduleStatus, DefaultSensorStatus, RunRequest, RunStatusSensorContext,
     ScheduleEvaluationContext, SkipReason, run_status_sensor, schedule,
