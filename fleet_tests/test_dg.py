@@ -90,11 +90,12 @@ def test_the_checkout_is_a_dg_project_whose_defs_check_list_and_launch(tmp_path)
     assert "All definitions loaded successfully." in dg(env, ROOT, "check", "defs").stdout
     listed = _listed(env, ROOT)
     assert sorted(a["asset_key"] for a in listed["assets"]) == sorted(["raw/alpha", "raw/beta", *PUBLISH])
-    assert sorted(c["key"] for c in listed["asset_checks"]) == ["raw/alpha:quality", "raw/beta:quality"]
+    assert sorted(c["key"] for c in listed["asset_checks"]) == ["raw/alpha:fresh_week", "raw/alpha:quality",
+                                                               "raw/beta:fresh_week", "raw/beta:quality"]
     assert sorted(s["name"] for s in listed["sensors"]) == ["fleet_after_failed_run", "fleet_after_scrape_run"]
     assert {s["name"]: s["cron_schedule"] for s in listed["schedules"]} == {
-        "weekly_fleet": "0 6 * * 1", "fleet_canary_daily": "0 6 * * *"}
-    assert {"scrape_week", "publish_week", "fleet_canary"} <= {j["name"] for j in listed["jobs"]}
+        "weekly_fleet": "0 6 * * 1", "fleet_canary_daily": "0 6 * * *", "fleet_freshness_weekly": "0 12 * * 1"}
+    assert {"scrape_week", "publish_week", "fleet_canary", "fleet_freshness"} <= {j["name"] for j in listed["jobs"]}
     # one way to define a fleet: what dg lists comes from the component instance in fleet's own defs folder
     assert all(s["source"].startswith("fleet/defs/fleets/fleet/defs.yaml") for s in listed["sensors"])
 
@@ -147,7 +148,7 @@ def test_scaffolded_into_another_project_it_lists_and_its_yaml_settings_reach_th
     assert "All definitions loaded successfully." in dg(env, project, "check", "defs").stdout
     listed = _listed(env, project)
     assert sorted(a["asset_key"] for a in listed["assets"]) == sorted(["raw/example", *PUBLISH])
-    assert [c["key"] for c in listed["asset_checks"]] == ["raw/example:quality"]
+    assert sorted(c["key"] for c in listed["asset_checks"]) == ["raw/example:fresh_week", "raw/example:quality"]
 
     # attributes over the environment: the schedule and the data repository from YAML reach the definitions and
     # the run; a second scrapers folder adds its sources
