@@ -280,10 +280,10 @@ def test_a_worker_killed_mid_week_is_detected_and_its_steps_rerun_on_the_other(s
     subjects = [c["subject"] for c in log(remote)[: len(log(remote)) - before]]
     assert subjects == [f"fleet: processed rows for week {week}", f"fleet: raw rows for week {week}"], subjects
     frame = committed_rows(remote, week)
-    counts = dict(frame.group_by("source").len().iter_rows())
+    counts = dict(frame.group_by(SOURCE).len().iter_rows())
     assert set(counts) == {*DEMO, *(f"slow_{i}" for i in range(SLOW))}, counts
     assert all(counts[f"slow_{i}"] == 2 for i in range(SLOW)), counts
-    assert frame.filter(pl.col(SOURCE).str.starts_with("slow_")).select("source", "id").is_unique().all()
+    assert frame.filter(pl.col(SOURCE).str.starts_with("slow_")).select(SOURCE, "id").is_unique().all()
 
     # `fleet status` says which host ran each source
     status = orchestrator.fleet("status", "--week", week)
@@ -348,8 +348,9 @@ def test_bad_configuration_is_refused_before_anything_runs_in_one_line(stack, ho
     }
     # every command at once (each is a Python start and a Dagster import), then each one's answer
     started = {}
+    remote = make_remote(stack.root / "remote-bad")  # a good data remote: what is refused is the stack's setting
     for name, extra in cases.items():
-        h = hosts(f"bad-{name.replace(' ', '-').lower()}", **extra)
+        h = hosts(f"bad-{name.replace(' ', '-').lower()}", FLEET_DATA_REMOTE=str(remote), **extra)
         started[name] = (h, h.fleet("run", "--week", "2026-11-16", "--force"),
                          h.fleet("worker") if name != "fleet worker" else None)
     for name, (h, p, w) in started.items():

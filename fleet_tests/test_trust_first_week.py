@@ -9,7 +9,7 @@ import shutil
 from dagster import AssetCheckKey, AssetKey, DagsterInstance
 
 from fleet.demo.sites import set_mode
-from fleet_tests.conftest import ROOT, committed_frame, run_fleet
+from fleet_tests.conftest import ROOT, committed_sources, run_fleet
 from fleet_tests.gitremote import log
 
 W = "2026-11-16"
@@ -61,8 +61,7 @@ def test_a_new_source_is_checked_from_its_first_week(fleet_env):
     assert "Sources held by the quality gate (2;" in raw["message"], raw["message"]
     assert "fresh (24 rows: coverage: selector rot suspected: column `price` is null in 24 of 24 rows" in raw["message"]
     assert "jobs (2 rows: volume: volume collapse: 2 rows, the fixture 35)" in raw["message"]
-    committed = committed_frame(fleet_env.remote, f"data/{W}/raw.parquet")
-    assert sorted(set(committed["source"])) == ["books", "catalog", "parts", "shops", "stocks"]
+    assert sorted(committed_sources(fleet_env.remote, W)) == ["books", "catalog", "parts", "shops", "stocks"]
 
     status = run_fleet(env, "status", "--week", W)
     assert status.returncode == 0, status.stdout + status.stderr

@@ -20,7 +20,7 @@ from fleet.quality import gate
 from fleet.quality.structure import structure_check
 from fleet.defs.resources import Alerts, ArtifactStore, Browser, DataRepository
 from fleet.lifecycle import quarantine
-from fleet.policy import pastweek
+from fleet.policy import followup, pastweek
 from fleet.policy import taxonomy as tx
 from fleet.policy.status import domain_summary
 from fleet.engine import outcome as scrape_outcome
@@ -52,7 +52,7 @@ class RawConfig(Config):
     """Attempts for transient navigation errors."""
 
 
-QUALITY_CHECK = "quality"
+QUALITY_CHECK = followup.QUALITY_CHECK
 """A source's one Dagster check: it carries the results of the five below (one check, not five, so a step's tail
 is one check's two events instead of ten, and a run plans one check evaluation per source)."""
 SOURCE_CHECKS = {

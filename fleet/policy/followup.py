@@ -6,7 +6,7 @@ follow-up carries ``fleet/recovers=<run id>``, and a run that already has one is
 driver saw it first."""
 from __future__ import annotations
 
-from dagster import AssetKey, RunRequest
+from dagster import AssetCheckKey, AssetKey, RunRequest
 
 from fleet import records
 from fleet.policy import taxonomy as tx
@@ -43,6 +43,9 @@ def follow_up_request(instance, run, max_reruns: int, store):
         return action, RunRequest(
             job_name="scrape_week", partition_key=action.week, run_key=f"rerun:{run.run_id}",
             asset_selection=[AssetKey(["raw", s]) for s in action.sources],
+            # the sources' own quality checks only: a selection's default adds every check of its assets, the
+            # weekly freshness checks (fleet/defs/freshness.py) included, which judge on their own schedule
+            asset_check_keys=quality_checks(action.sources),
             run_config={"ops": ops} if ops else {},
             tags={tx.TAG_KIND: "rerun", tx.TAG_ATTEMPT: str(action.attempt), tx.TAG_RECOVERS: run.run_id,
                   # what the run was allowed to scrape, its re-execution is (pastweek.origin judges by it anyway)
@@ -101,3 +104,10 @@ def reap_dead_run(instance, run, reason: str) -> None:
     run's claims."""
     records.report_failed(instance, run, reason)
     records.free_pool_slots(instance, run.run_id)
+
+
+QUALITY_CHECK = "quality"  # a source's own check, evaluated by its raw step (fleet/defs/assets.py)
+
+
+def quality_checks(sources) -> list[AssetCheckKey]:
+    return [AssetCheckKey(AssetKey(["raw", s]), QUALITY_CHECK) for s in sources]
