@@ -62,7 +62,7 @@ def _extra(name: str, r: dict) -> str:
     keys = {
         "consolidate": ["rss_ratio", "fleet_wall_s", "baseline_wall_s", "fleet_peak_rss_mb", "baseline_peak_rss_mb"],
         "commit": ["fleet_wall_s", "baseline_wall_s", "fleet_peak_rss_mb", "baseline_peak_rss_mb"],
-        "many_sources": ["seconds", "zero_sources_s", "asset_keys"],
+        "many_sources": ["seconds", "zero_sources_s", "cpu_s", "first_s", "asset_keys"],
         "fleet_overhead": ["fleet_wall_s", "baseline_wall_s", "cpu_per_source_s"],
         "crash_recovery": ["crash_wall_s", "clean_wall_s", "crashing", "sources"],
         "deep_phase": ["deep_s", "shallow_s", "deep_pages", "shallow_pages"],

@@ -19,7 +19,7 @@ from bench.util import ROOT, median, rnd
 FIELDS = {"fleet_overhead": ["ratio", "cpu_per_source_s", "fleet_wall_s", "baseline_wall_s", "fleet_cpu_s",
                              "baseline_cpu_s", "fleet_peak_rss_mb"],
           "crash_recovery": ["ratio", "goal", "crash_wall_s", "clean_wall_s"],
-          "many_sources": ["seconds", "zero_sources_s", "peak_rss_mb"]}
+          "many_sources": ["seconds", "zero_sources_s", "cpu_s", "first_s", "peak_rss_mb"]}
 
 
 def fleet_lines(checkout: Path) -> int:
