@@ -4,17 +4,18 @@ from __future__ import annotations
 import datetime as dt
 
 from dagster import (
-    DagsterRunStatus, DefaultScheduleStatus, DefaultSensorStatus, RunRequest, RunStatusSensorContext,
-    ScheduleEvaluationContext, SkipReason, run_status_sensor, schedule,
+    DagsterInvalidDefinitionError, DagsterRunStatus, DefaultScheduleStatus, DefaultSensorStatus, RunRequest,
+    RunStatusSensorContext, ScheduleEvaluationContext, SkipReason, run_status_sensor, schedule,
 )
 
-from fleet import records
+from fleet import config, records
+from fleet.errors import FleetError
 from fleet.policy import taxonomy as tx
 from fleet.defs.runworker import LOST_TAG
 from fleet.policy.followup import follow_up_request
 from fleet.weeks import last_complete_week
 
-# The weekly tick: Monday 06:00 UTC, for the week that ended on Sunday.
+# The weekly tick: Monday 06:00 UTC, for the week that ended on Sunday (FLEET_WEEKLY_CRON moves it).
 SCHEDULE_CRON = "0 6 * * 1"
 
 
@@ -52,11 +53,18 @@ def build_automation(scrape_job, publish_job, crash_reruns: int, artifacts):
         """After a scrape-only run succeeds, consolidate and commit the week."""
         return _follow(context, crash_reruns, artifacts)
 
-    @schedule(job=scrape_job, cron_schedule=SCHEDULE_CRON, execution_timezone="UTC", name="weekly_fleet",
-              default_status=DefaultScheduleStatus.STOPPED)
+    cron = config.weekly_cron() or SCHEDULE_CRON
+
     def weekly_fleet(context: ScheduleEvaluationContext):
-        """Every Monday, scrape the week that just ended (the tick's own time, never the wall clock)."""
+        """At each tick (Mondays), scrape the last week complete at the tick's own time, never the wall clock's."""
         week = last_complete_week(context.scheduled_execution_time.date()).isoformat()
         return RunRequest(partition_key=week, run_key=f"weekly:{week}", tags={tx.TAG_KIND: "scrape"})
 
-    return [after_failed_run, after_successful_run], [weekly_fleet]
+    try:
+        weekly = schedule(job=scrape_job, cron_schedule=cron, execution_timezone="UTC", name="weekly_fleet",
+                          default_status=DefaultScheduleStatus.STOPPED)(weekly_fleet)
+    except DagsterInvalidDefinitionError:
+        raise FleetError(f"FLEET_WEEKLY_CRON must be a cron schedule (five fields, UTC; e.g. {SCHEDULE_CRON!r}, "
+                         f"Mondays 06:00), got {cron!r}") from None
+
+    return [after_failed_run, after_successful_run], [weekly]
