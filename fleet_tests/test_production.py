@@ -303,3 +303,87 @@ def test_the_schedule_runs_a_week_unattended_and_a_killed_run_is_reexecuted_by_t
     failed = status.stdout.split("checks: ", 1)[1].split("checks skipped", 1)[0]
     assert "raises" in failed and "steady" not in failed and "slow " not in failed, status.stdout
     assert any(a.get("source") == "raises" for a in posted), posted
+
+
+def test_without_user_namespaces_a_container_refuses_in_one_line_naming_fleet_sandbox_off():
+    """As in a container under Docker's default seccomp profile: `unshare` of a user namespace fails. The code
+    service's first command, deploy/prepare.py, run as an unprivileged user (the image's is 10001; here nobody),
+    refuses before it reaches Postgres, in one line naming FLEET_SANDBOX=off and why the container may be the
+    sandbox; with FLEET_SANDBOX=off it says so in one line and goes on (here to a Postgres that is not there)."""
+    home = writable_dir(Path(f"/tmp/fleet-prod-{os.getpid()}"), "home")  # nobody cannot enter pytest's tmp_path
+    fake = writable_dir(home.parent, "bin")
+    (fake / "unshare").write_text("#!/bin/sh\necho 'unshare: unshare failed: Operation not permitted' >&2\nexit 1\n")
+    (fake / "unshare").chmod(0o755)
+    try:
+        env = {"PATH": f"{fake}:/usr/bin:/bin", "HOME": str(home), "PYTHONPATH": str(ROOT),
+               "FLEET_HOME": str(home / "fleet"), "FLEET_SCRAPERS_DIR": str(ROOT / "scrapers"),
+               "FLEET_POSTGRES_URL": f"postgresql://fleet:fleet@127.0.0.1:{free_port()}/fleet"}
+        as_nobody = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable,
+                     str(DEPLOY / "prepare.py")]
+        done = subprocess.run(as_nobody, env=env, capture_output=True, text=True, timeout=120, cwd=home)
+        assert done.returncode == 2 and done.stdout == "", (done.stdout, done.stderr)
+        [line] = done.stderr.splitlines()
+        assert line.startswith("fleet: error: fleet refuses to scrape: the browser sandbox cannot run: the kernel "
+                               "allows no unprivileged user namespaces"), line
+        assert "in a container, a seccomp profile that permits them" in line, line
+        assert "where the container itself is the sandbox" in line and line.endswith(
+            "set FLEET_SANDBOX=off to scrape without Chromium's own sandbox"), line
+        done = subprocess.run(as_nobody, env={**env, "FLEET_SANDBOX": "off"}, capture_output=True, text=True,
+                              timeout=120, cwd=home)
+        off, refused = done.stderr.splitlines()
+        assert off == ("fleet: the browser sandbox is off (FLEET_SANDBOX=off); attempt processes and Chromium run "
+                       "as this user with --no-sandbox"), off
+        assert done.returncode == 2 and refused.startswith("fleet: error: FLEET_POSTGRES_URL") \
+            and "cannot be reached" in refused, refused
+    finally:
+        subprocess.run(["rm", "-rf", str(home.parent)], check=False)
+
+
+def _fleet_names(text: str) -> set[str]:
+    import re
+    return set(re.findall(r"\bFLEET_[A-Z0-9_]*[A-Z0-9]\b", text))
+
+
+def test_the_deploy_files_run_what_this_test_runs_and_what_fleet_checks():
+    """deploy/ cannot be built here: its files are held to the commands test_production runs, to fleet's settings,
+    and to what fleet/defs/instance.py checks of the instance."""
+    from fleet.config import CHROMIUM_CANDIDATES, known_settings
+    from fleet.defs.instance import _partition_limit, pool_limit
+
+    compose = yaml.safe_load((DEPLOY / "docker-compose.yml").read_text())
+    services = compose["services"]
+    assert set(services) == {"postgres", "code", "webserver", "daemon"}
+    code = " ".join(services["code"]["command"])
+    assert "python /opt/fleet/deploy/prepare.py && exec dagster code-server start -h 0.0.0.0 -p 4000 " \
+           "-m fleet.defs.definitions -a defs --location-name fleet" in code, code
+    [entry] = yaml.safe_load((DEPLOY / "workspace.yaml").read_text())["load_from"]
+    assert entry == {"grpc_server": {"host": "code", "port": 4000, "location_name": LOCATION}}
+    assert services["webserver"]["command"][0] == "dagster-webserver"
+    assert services["daemon"]["command"][:2] == ["dagster-daemon", "run"]
+    for name in ("webserver", "daemon"):
+        assert services[name]["command"][-2:] == ["-w", "/opt/fleet/deploy/workspace.yaml"]
+        assert services[name]["depends_on"]["code"]["condition"] == "service_healthy"
+        assert "FLEET_GIT_TOKEN_FILE" not in services[name]["environment"]  # only the commit step reads it
+    for name in ("code", "webserver", "daemon"):
+        svc = services[name]
+        assert svc["cap_drop"] == ["ALL"] and svc["environment"]["FLEET_SANDBOX"] == "off"
+        assert "FLEET_POSTGRES_URL" in svc["environment"]
+    docker = (DEPLOY / "Dockerfile").read_text()
+    assert "chromium-headless-shell" in docker and "\nUSER fleet\n" in docker
+    assert "FLEET_CHROMIUM=/usr/bin/chromium-headless-shell" in docker
+    assert "/usr/bin/chromium-headless-shell" in CHROMIUM_CANDIDATES
+    assert "COPY deploy/prepare.py deploy/workspace.yaml /opt/fleet/deploy/" in docker
+    helm = yaml.safe_load((DEPLOY / "helm-values.yaml").read_text())
+    [grpc] = helm["dagster-user-deployments"]["deployments"]
+    assert grpc["dagsterApiGrpcArgs"] == ["-m", "fleet.defs.definitions", "-a", "defs"]
+    queued = helm["dagsterDaemon"]["runCoordinator"]
+    assert queued["type"] == "QueuedRunCoordinator" and queued["enabled"]
+    limits = queued["config"]["queuedRunCoordinator"]["tagConcurrencyLimits"]
+    assert _partition_limit({"concurrency": {"runs": {"tag_concurrency_limits": limits}}})
+    assert helm["dagsterDaemon"]["runMonitoring"]["enabled"] and not helm["dagsterDaemon"]["runRetries"]["enabled"]
+    max_parallel = int(next(e["value"] for e in helm["dagsterWebserver"]["env"] if e["name"] == "FLEET_MAX_PARALLEL"))
+    assert helm["concurrency"]["pools"] == {"defaultLimit": pool_limit(max_parallel), "granularity": "op"}
+    # every FLEET_ name the deploy files set is one fleet knows (an unknown one is refused at start)
+    named = set().union(*(_fleet_names((DEPLOY / f).read_text())
+                          for f in ("Dockerfile", "docker-compose.yml", "helm-values.yaml", "prepare.py")))
+    assert named and named <= known_settings(), named - known_settings()
