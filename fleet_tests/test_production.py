@@ -162,6 +162,8 @@ def _gql(port: int, query: str, **variables) -> dict:
 REPO = {"repositoryLocationName": LOCATION, "repositoryName": "__repository__"}
 SENSORS = """query($repo: RepositorySelector!, $after: Float!) { sensorsOrError(repositorySelector: $repo) {
   ... on Sensors { results { name sensorState { status ticks(afterTimestamp: $after) { status } } } } } }"""
+TICKS = """query($sel: ScheduleSelector!) { scheduleOrError(scheduleSelector: $sel) { ... on Schedule {
+  scheduleState { ticks(limit: 10) { status skipReason } } } } }"""
 START = """mutation($sel: ScheduleSelector!) { startSchedule(scheduleSelector: $sel) { __typename
   ... on ScheduleStateResult { scheduleState { status } } ... on PythonError { message } } }"""
 
@@ -291,6 +293,16 @@ def test_the_schedule_runs_a_week_unattended_and_a_killed_run_is_reexecuted_by_t
     assert rerun.tags["fleet/recovers"] == run.run_id
     assert instance.get_run_by_id(run.run_id).status == DagsterRunStatus.FAILURE
     assert (counters / "slow").read_text() == "xx"
+    # the schedule keeps ticking every minute here, and launches the week once: its later ticks skip it
+    assert len(instance.get_runs(RunsFilter(tags={"dagster/schedule_name": "weekly_fleet"}))) == 1
+
+    def skipped():
+        state = _gql(port, TICKS, sel={**REPO, "scheduleName": "weekly_fleet"})["scheduleOrError"]["scheduleState"]
+        return [t["skipReason"] for t in state["ticks"] if t["status"] == "SKIPPED"]
+
+    why = _until("a later tick of the schedule", skipped, services, timeout=180, every=3)
+    assert why[0] == f"week {week} was launched by this schedule already (run {run.run_id}); the sensors follow " \
+                     "its runs up", why
 
     # raw and processed commits of the week, with the two sources that worked
     assert len(log(remote)) == before + 2

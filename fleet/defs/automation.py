@@ -58,6 +58,13 @@ def build_automation(scrape_job, publish_job, crash_reruns: int, artifacts):
     def weekly_fleet(context: ScheduleEvaluationContext):
         """At each tick (Mondays), scrape the last week complete at the tick's own time, never the wall clock's."""
         week = last_complete_week(context.scheduled_execution_time.date()).isoformat()
+        # Dagster dedups a schedule's run_key within one tick only: a second tick in the week (a FLEET_WEEKLY_CRON
+        # that fires daily, a tick launched by hand from the UI) would scrape the week again
+        launched = records.runs(context.instance, tags={"dagster/schedule_name": "weekly_fleet",
+                                                        "dagster/partition": week}, limit=1)
+        if launched:
+            return SkipReason(f"week {week} was launched by this schedule already (run {launched[0].run_id}); "
+                              "the sensors follow its runs up")
         return RunRequest(partition_key=week, run_key=f"weekly:{week}", tags={tx.TAG_KIND: "scrape"})
 
     try:
