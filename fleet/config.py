@@ -154,10 +154,10 @@ def scrapers_dir_set() -> bool:  # else the bundled demo scrapers run, which nee
     return bool(_text("FLEET_SCRAPERS_DIR"))
 
 
-def alert_webhook() -> str | None:
-    url = _text("FLEET_ALERT_WEBHOOK")
+def alert_webhook(url: str | None = None, setting: str = "FLEET_ALERT_WEBHOOK") -> str | None:
+    url = _text("FLEET_ALERT_WEBHOOK") if url is None else url.strip()
     if url and not url.lower().startswith(("http://", "https://")):  # else every alert's POST would fail
-        raise FleetError(f"FLEET_ALERT_WEBHOOK must be an http:// or https:// URL, got {url!r}")
+        raise FleetError(f"{setting} must be an http:// or https:// URL, got {url!r}")
     return url or None
 
 
@@ -176,8 +176,8 @@ def _check_slack() -> None:
             raise FleetError("FLEET_ALERT_SLACK needs FLEET_SLACK_TOKEN, the token of a Slack app that may post there")
 
 
-def weekly_cron() -> str | None:  # the weekly schedule's cron, UTC (fleet/defs/automation.py); None: Mondays 06:00
-    return _text("FLEET_WEEKLY_CRON") or None
+def schedule_cron() -> str | None:  # the weekly schedule's cron, UTC (fleet/defs/automation.py); None: Mondays 06:00
+    return _text("FLEET_SCHEDULE") or None
 
 
 def freshness_deadline() -> Deadline:  # when a week's raw commit is due (`fleet freshness`)
@@ -292,10 +292,10 @@ def scrape_slots() -> dict:
     return {"scrape_cap": env_number("FLEET_MAX_PARALLEL", 10, int, minimum=1), "slots_shared": politeness()["shared"]}
 
 
-def _start_week() -> str:
-    """``FLEET_START_WEEK`` as the partition key of its week: a Monday (2026-01-05) or an ISO week (2026-W02).
-    Any other date is refused, not moved: Dagster's weekly partitions would start on the Monday after it."""
-    raw = _text("FLEET_START_WEEK") or "2026-01-05"
+def start_week(raw: str | None = None, setting: str = "FLEET_START_WEEK") -> str:
+    """``FLEET_START_WEEK`` (or ``raw``) as the partition key of its week: a Monday (2026-01-05) or an ISO week
+    (2026-W02). Any other date is refused, not moved: Dagster's weekly partitions would start on the Monday after it."""
+    raw = (_text("FLEET_START_WEEK") if raw is None else raw.strip()) or "2026-01-05"
     try:
         return parse_week(raw).isoformat()
     except ValueError:
@@ -303,7 +303,7 @@ def _start_week() -> str:
             detail = f", a {dt.date.fromisoformat(raw):%A}"
         except ValueError:
             detail = ""
-        raise FleetError(f"FLEET_START_WEEK must be a Monday (2026-01-05) or an ISO week (2026-W02), "
+        raise FleetError(f"{setting} must be a Monday (2026-01-05) or an ISO week (2026-W02), "
                          f"got {raw!r}{detail}") from None
 
 
@@ -372,11 +372,7 @@ def settings() -> Settings:
     check_names()
     home = Path(os.environ.get("FLEET_HOME") or (Path.cwd() / ".fleet")).resolve()
     _check_home(home)
-    prefix = os.environ.get("FLEET_DATA_PREFIX", "data/").strip()
-    if not prefix or prefix.startswith("/") or ".." in Path(prefix).parts:
-        raise FleetError(f"FLEET_DATA_PREFIX must be a relative folder inside the repository, got {prefix!r}")
-    if not prefix.endswith("/"):
-        prefix += "/"
+    prefix = data_prefix(os.environ.get("FLEET_DATA_PREFIX", "data/"))
     workers = browser_hosts()
     max_parallel = env_number("FLEET_MAX_PARALLEL", 10, int, minimum=1)
     for check in (browser_host_idle_s, browser_host_max_sources, browser_startup_s, block_markers, politeness,
@@ -389,7 +385,7 @@ def settings() -> Settings:
         prefix=prefix,
         max_parallel=max_parallel,
         crash_reruns=env_number("FLEET_CRASH_RERUNS", 2, int),
-        start_week=_start_week(),
+        start_week=start_week(),
         git_token=os.environ.get("FLEET_GIT_TOKEN") or None,
         browser_hosts=workers,
         compute_logs=env_flag("FLEET_COMPUTE_LOGS"),
@@ -397,6 +393,13 @@ def settings() -> Settings:
         **_distributed(),
         artifacts=_artifacts(),
     )
+
+
+def data_prefix(raw: str, setting: str = "FLEET_DATA_PREFIX") -> str:
+    prefix = raw.strip()
+    if not prefix or prefix.startswith("/") or ".." in Path(prefix).parts:
+        raise FleetError(f"{setting} must be a relative folder inside the repository, got {prefix!r}")
+    return prefix if prefix.endswith("/") else prefix + "/"
 
 
 def _distributed() -> dict:
@@ -447,12 +450,17 @@ def scraper_dirs() -> list[Path]:
     (plus ``scrapers/faults`` when ``FLEET_DEMO_FAULTS=1``)."""
     raw = _text("FLEET_SCRAPERS_DIR")
     if raw:
-        dirs = [Path(p).resolve() for p in raw.split(os.pathsep) if p]
-        missing = [str(d) for d in dirs if not d.is_dir()]
-        if missing:  # otherwise a typo is a week of zero sources
-            raise FleetError(f"FLEET_SCRAPERS_DIR names no folder at {', '.join(missing)}")
-        return dirs
+        return folders([Path(p) for p in raw.split(os.pathsep) if p], "FLEET_SCRAPERS_DIR")
     dirs = [PROJECT_ROOT / "scrapers"]
     if env_flag("FLEET_DEMO_FAULTS"):
         dirs.append(PROJECT_ROOT / "scrapers" / "faults")
+    return dirs
+
+
+def folders(paths: list[Path], setting: str) -> list[Path]:
+    """``paths`` resolved, each a folder that exists, else a FleetError naming ``setting``."""
+    dirs = [p.resolve() for p in paths]
+    missing = [str(d) for d in dirs if not d.is_dir()]
+    if missing:  # otherwise a typo is a week of zero sources
+        raise FleetError(f"{setting} names no folder at {', '.join(missing)}")
     return dirs

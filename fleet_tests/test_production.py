@@ -5,7 +5,7 @@ Postgres (Debian's, fleet_tests/services.py); deploy/prepare.py writing fleet's 
 run queue, run monitoring) and creating the tables; fleet's code served by `dagster code-server start`;
 `dagster-webserver` and `dagster-daemon run`, each a process of its own, reading deploy/workspace.yaml (a
 grpc_server entry) pointed at that code server. The schedule is turned on through the webserver's GraphQL, as the
-UI's switch does, and the daemon fires it (FLEET_WEEKLY_CRON every minute, so the test need not wait for Monday).
+UI's switch does, and the daemon fires it (FLEET_SCHEDULE every minute, so the test need not wait for Monday).
 Its run's worker is SIGKILLed mid-scrape with every process under it, as an OOM kill would: the run fails, the
 daemon's run-failure sensor re-executes only the source it left behind, then the week is consolidated, committed
 (raw, processed) to a bare data remote, its checks evaluated and its alert posted. Containers and Kubernetes are not
@@ -193,7 +193,7 @@ def topology(tmp_path):
     with Postgres() as pg, _webhook() as (hook, posted):
         env = {k: v for k, v in os.environ.items() if not k.startswith("FLEET_") and k != "DAGSTER_HOME"}
         env.update(FLEET_HOME=str(home), DAGSTER_HOME=str(home / "dagster"), FLEET_POSTGRES_URL=pg.url,
-                   FLEET_DATA_REMOTE=str(remote), FLEET_SCRAPERS_DIR=str(scrapers), FLEET_WEEKLY_CRON="* * * * *",
+                   FLEET_DATA_REMOTE=str(remote), FLEET_SCRAPERS_DIR=str(scrapers), FLEET_SCHEDULE="* * * * *",
                    FLEET_RUN_MONITOR_S="2", FLEET_ALERT_WEBHOOK=hook, PYTHONPATH=str(ROOT))
         done = subprocess.run([sys.executable, str(DEPLOY / "prepare.py")], env=env, capture_output=True, text=True,
                               timeout=300, cwd=tmp_path)

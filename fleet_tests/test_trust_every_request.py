@@ -11,22 +11,10 @@ from fleet.demo.sites import DemoSites
 from fleet.scraping.discovery import discover
 from fleet_tests.conftest import ROOT
 from fleet_tests.test_runner import run, scraper
+from fleet_tests.test_trust_robots import _paths, sites  # noqa: F401  (the demo sites with a robots.txt of the test's)
 
 IMPORT = "from fleet.demo import site_url\n"
 
-
-@pytest.fixture
-def sites(tmp_path, monkeypatch):
-    state = tmp_path / "demo-state"
-    state.mkdir()
-    with DemoSites(latency_ms=0, state_dir=state) as s:
-        monkeypatch.setenv("FLEET_DEMO_URL", s.url)
-        s.robots_file = state / "robots.txt"
-        yield s
-
-
-def _paths(sites, path):
-    return [p for p, _, _ in sites.requests if p == path]
 
 
 def _starts(sites, *paths):

@@ -112,7 +112,7 @@ def alert_week(context, store, week: str, sources: list[str], alerts: Alerts, li
                     if not (r["check"] == "missing" and r.get("status") == "not run") and r.get("source") not in skipped]
     found += alerting.from_week_checks(week, week_results, run_id=context.run_id)
     found += quarantine.alerts(store, week, limits or {}, context.run_id)
-    sent = alerting.deliver(found, alerts.home, webhook=alerts.webhook or "", owners=owners)
+    sent = alerting.deliver(found, alerts.home, webhook=alerts.webhook or "", owners=owners, routes=alerts.routes)
     for a in sent:
         context.log.warning(f"[run {context.run_id}] [{a.source or 'week'}] ALERT {a.severity} {a.check}: {a.message}")
     return sent

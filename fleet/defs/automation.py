@@ -1,21 +1,19 @@
 """Schedule and run-status sensors: the weekly tick, crash re-execution, and consolidation after the scrape stage."""
 from __future__ import annotations
 
-import datetime as dt
-
 from dagster import (
     DagsterInvalidDefinitionError, DagsterRunStatus, DefaultScheduleStatus, DefaultSensorStatus, RunRequest,
     RunStatusSensorContext, ScheduleEvaluationContext, SkipReason, run_status_sensor, schedule,
 )
 
-from fleet import config, records
+from fleet import records
 from fleet.errors import FleetError
 from fleet.policy import taxonomy as tx
 from fleet.defs.runworker import LOST_TAG
 from fleet.policy.followup import follow_up_request
 from fleet.weeks import last_complete_week
 
-# The weekly tick: Monday 06:00 UTC, for the week that ended on Sunday (FLEET_WEEKLY_CRON moves it).
+# The weekly tick: Monday 06:00 UTC, for the week that ended on Sunday (FLEET_SCHEDULE or a defs.yaml moves it).
 SCHEDULE_CRON = "0 6 * * 1"
 
 
@@ -28,7 +26,8 @@ def _follow(context: RunStatusSensorContext, crash_reruns: int, artifacts):
     return request
 
 
-def build_automation(scrape_job, publish_job, crash_reruns: int, artifacts):
+def build_automation(scrape_job, publish_job, crash_reruns: int, artifacts, cron: str = SCHEDULE_CRON,
+                     running: bool = False):
     # every run of the instance, also those `fleet run` executes in its own process (they have no code location)
     @run_status_sensor(run_status=DagsterRunStatus.FAILURE, request_jobs=[scrape_job, publish_job],
                        name="fleet_after_failed_run", minimum_interval_seconds=5,
@@ -53,13 +52,11 @@ def build_automation(scrape_job, publish_job, crash_reruns: int, artifacts):
         """After a scrape-only run succeeds, consolidate and commit the week."""
         return _follow(context, crash_reruns, artifacts)
 
-    cron = config.weekly_cron() or SCHEDULE_CRON
-
     def weekly_fleet(context: ScheduleEvaluationContext):
         """At each tick (Mondays), scrape the last week complete at the tick's own time, never the wall clock's."""
         week = last_complete_week(context.scheduled_execution_time.date()).isoformat()
-        # Dagster dedups a schedule's run_key within one tick only: a second tick in the week (a FLEET_WEEKLY_CRON
-        # that fires daily, a tick launched by hand from the UI) would scrape the week again
+        # Dagster dedups a schedule's run_key within one tick only: a second tick in the week (a schedule that
+        # fires daily, a tick launched by hand from the UI) would scrape the week again
         launched = records.runs(context.instance, tags={"dagster/schedule_name": "weekly_fleet",
                                                         "dagster/partition": week}, limit=1)
         if launched:
@@ -69,9 +66,11 @@ def build_automation(scrape_job, publish_job, crash_reruns: int, artifacts):
 
     try:
         weekly = schedule(job=scrape_job, cron_schedule=cron, execution_timezone="UTC", name="weekly_fleet",
-                          default_status=DefaultScheduleStatus.STOPPED)(weekly_fleet)
+                          default_status=DefaultScheduleStatus.RUNNING if running else DefaultScheduleStatus.STOPPED
+                          )(weekly_fleet)
     except DagsterInvalidDefinitionError:
-        raise FleetError(f"FLEET_WEEKLY_CRON must be a cron schedule (five fields, UTC; e.g. {SCHEDULE_CRON!r}, "
-                         f"Mondays 06:00), got {cron!r}") from None
+        raise FleetError(f"the weekly schedule (FLEET_SCHEDULE, or a fleet's defs.yaml `schedule`) must be a cron "
+                         f"expression of five fields, UTC (e.g. {SCHEDULE_CRON!r}, Mondays 06:00), "
+                         f"got {cron!r}") from None
 
     return [after_failed_run, after_successful_run], [weekly]

@@ -94,14 +94,17 @@ class Alerts(ConfigurableResource):
     """FLEET_HOME: alerts are logged to alerts/alerts.jsonl under it."""
     webhook: Optional[str] = None
     """URL that receives one JSON POST per alert (FLEET_ALERT_WEBHOOK)."""
+    routes: dict[str, str] = {}
+    """Owner -> webhook URL or slack:#channel: a source's alerts go to its owner's route (FLEET_ALERT_ROUTES)."""
 
 
-def from_settings(s: Settings) -> dict:
-    """The resources for settings ``s``, keyed as the assets ask for them. A bad FLEET_ALERT_ROUTES is refused here,
-    as the definitions load (every command, the UI and each worker), not at the first alert."""
+def from_settings(s: Settings, webhook: str | None = None, routes: dict | None = None) -> dict:
+    """The resources for settings ``s``, keyed as the assets ask for them; the alerts' ``webhook`` and ``routes``
+    default to FLEET_ALERT_WEBHOOK and FLEET_ALERT_ROUTES. A bad FLEET_ALERT_ROUTES is refused here, as the
+    definitions load (every command, the UI and each worker), not at the first alert."""
     from fleet.quality.alerts import parse_routes
 
-    parse_routes(config.alert_routes_text())
+    routes = parse_routes(config.alert_routes_text()) if routes is None else routes
     return {
         "data_repo": DataRepository(remote=s.data_remote, branch=s.branch, prefix=s.prefix,
                                     token=EnvVar(TOKEN_VAR) if s.git_token else None, token_file=git_token_file(),
@@ -110,5 +113,6 @@ def from_settings(s: Settings) -> dict:
         "browser": Browser(chromium=config.chromium_setting(), browser_hosts=s.browser_hosts,
                            host_idle_s=config.browser_host_idle_s(), host_max_sources=config.browser_host_max_sources(),
                            startup_s=config.browser_startup_s(), home=str(s.home), scrape_cap=s.max_parallel),
-        "alerts": Alerts(home=str(s.home), webhook=config.alert_webhook()),
+        "alerts": Alerts(home=str(s.home), webhook=config.alert_webhook() if webhook is None else webhook,
+                         routes=routes),
     }
