@@ -35,23 +35,6 @@ DEPLOY = ROOT / "deploy"
 BIN = Path(sys.executable).parent
 LOCATION = "fleet"
 
-STEADY = '''
-import polars as pl
-from fleet import Scraper
-
-
-class Steady(Scraper):
-    """A healthy source rendered from inline HTML."""
-    name = "steady"
-    schema = {"id": pl.Int64}
-    key = ("id",)
-    timeout_s = 60
-
-    async def scrape(self, page, ctx):
-        await page.set_content("<p class=n>1</p><p class=n>2</p><p class=n>3</p>")
-        for text in await page.locator("p.n").all_inner_texts():
-            yield {"id": int(text)}
-'''
 SLOW = '''
 import asyncio, os
 import polars as pl
@@ -78,25 +61,6 @@ class Slow(Scraper):
         for i in range(2):
             yield {"id": i}
 '''
-RAISES = '''
-import polars as pl
-from fleet import Scraper
-
-
-class Raises(Scraper):
-    """A scraper bug: raises on every attempt."""
-    name = "raises"
-    schema = {"id": pl.Int64}
-    key = ("id",)
-    timeout_s = 60
-
-    async def scrape(self, page, ctx):
-        await page.set_content("<h1>changed layout</h1>")
-        raise RuntimeError("the price column moved")
-        yield {}
-'''
-
-
 class _Hook(BaseHTTPRequestHandler):
     posted: list = []
 
@@ -163,7 +127,7 @@ REPO = {"repositoryLocationName": LOCATION, "repositoryName": "__repository__"}
 SENSORS = """query($repo: RepositorySelector!, $after: Float!) { sensorsOrError(repositorySelector: $repo) {
   ... on Sensors { results { name sensorState { status ticks(afterTimestamp: $after) { status } } } } } }"""
 TICKS = """query($sel: ScheduleSelector!) { scheduleOrError(scheduleSelector: $sel) { ... on Schedule {
-  scheduleState { ticks(limit: 10) { status skipReason } } } } }"""
+  scheduleState { ticks(limit: 10) { status skipReason timestamp runIds } } } } }"""
 START = """mutation($sel: ScheduleSelector!) { startSchedule(scheduleSelector: $sel) { __typename
   ... on ScheduleStateResult { scheduleState { status } } ... on PythonError { message } } }"""
 
@@ -188,8 +152,9 @@ def topology(tmp_path):
     home = tmp_path / "home"
     scrapers = tmp_path / "scrapers"
     scrapers.mkdir()
-    for name, text in (("steady", STEADY), ("slow", SLOW), ("raises", RAISES)):
-        (scrapers / f"{name}.py").write_text(text)
+    (scrapers / "slow.py").write_text(SLOW)
+    for name in ("steady", "raises"):  # a healthy source; a scraper bug (a source failure)
+        (scrapers / f"{name}.py").write_text((ROOT / "fleet_tests" / "scrapers_crash" / f"{name}.py").read_text())
     with Postgres() as pg, _webhook() as (hook, posted):
         env = {k: v for k, v in os.environ.items() if not k.startswith("FLEET_") and k != "DAGSTER_HOME"}
         env.update(FLEET_HOME=str(home), DAGSTER_HOME=str(home / "dagster"), FLEET_POSTGRES_URL=pg.url,
@@ -261,18 +226,19 @@ def test_the_schedule_runs_a_week_unattended_and_a_killed_run_is_reexecuted_by_t
 
     [run] = _until("the schedule's run scraping slow", scheduled, services, timeout=300)
     week = run.tags["dagster/partition"]
-    tick = float(run.tags["dagster/scheduled_execution_time"]) if "dagster/scheduled_execution_time" in run.tags \
-        else None
+    ticks = _gql(port, TICKS, sel={**REPO, "scheduleName": "weekly_fleet"})["scheduleOrError"]["scheduleState"]
+    [tick] = [t["timestamp"] for t in ticks["ticks"] if run.run_id in t["runIds"]]  # the daemon's tick launched it
     from datetime import datetime, timezone
-    tick_day = datetime.fromtimestamp(tick, timezone.utc).date() if tick else datetime.now(timezone.utc).date()
+    tick_day = datetime.fromtimestamp(tick, timezone.utc).date()
     assert week == last_complete_week(tick_day).isoformat()  # the week complete at the tick, as on a Monday
     assert run.job_name == "scrape_week" and run.tags["fleet/kind"] == "scrape"
 
-    def steady_done():
-        return any(e.dagster_event.step_key == "raw__steady"
-                   for e in instance.all_logs(run.run_id, of_type=DagsterEventType.STEP_SUCCESS))
+    def others_done():  # slow is scraping; steady has succeeded and raises has failed, as sources do
+        ends = {(e.dagster_event.step_key, e.dagster_event.event_type_value) for e in instance.all_logs(
+            run.run_id, of_type={DagsterEventType.STEP_SUCCESS, DagsterEventType.STEP_FAILURE})}
+        return {("raw__steady", "STEP_SUCCESS"), ("raw__raises", "STEP_FAILURE")} <= ends
 
-    _until("steady's step to succeed", steady_done, services)
+    _until("steady's and raises's steps to end", others_done, services)
     worker = json.loads(instance.get_run_by_id(run.run_id).tags[TAG])
     code = services.procs["code"]
     assert worker["pid"] in descendants(code.pid)  # the run executes under the code server, not the daemon
@@ -385,6 +351,9 @@ def test_the_deploy_files_run_what_this_test_runs_and_what_fleet_checks():
     assert "FLEET_CHROMIUM=/usr/bin/chromium-headless-shell" in docker
     assert "/usr/bin/chromium-headless-shell" in CHROMIUM_CANDIDATES
     assert "COPY deploy/prepare.py deploy/workspace.yaml /opt/fleet/deploy/" in docker
+    # installed in place: the definitions load through the pyproject.toml beside the package (a dg project)
+    assert 'pip install --no-cache-dir -e "/opt/fleet/src[distributed]"' in docker
+    assert "rm -rf /opt/fleet/src" not in docker
     helm = yaml.safe_load((DEPLOY / "helm-values.yaml").read_text())
     [grpc] = helm["dagster-user-deployments"]["deployments"]
     assert grpc["dagsterApiGrpcArgs"] == ["-m", "fleet.defs.definitions", "-a", "defs"]
