@@ -176,6 +176,10 @@ def _check_slack() -> None:
             raise FleetError("FLEET_ALERT_SLACK needs FLEET_SLACK_TOKEN, the token of a Slack app that may post there")
 
 
+def schedule_cron() -> str | None:  # the weekly schedule's cron, UTC (fleet/defs/automation.py); None: Mondays 06:00
+    return _text("FLEET_SCHEDULE") or None
+
+
 def freshness_deadline() -> Deadline:  # when a week's raw commit is due (`fleet freshness`)
     return parse_deadline(_text("FLEET_FRESHNESS_DEADLINE"), "FLEET_FRESHNESS_DEADLINE")
 

@@ -2,17 +2,18 @@
 from __future__ import annotations
 
 from dagster import (
-    DagsterRunStatus, DefaultScheduleStatus, DefaultSensorStatus, RunRequest, RunStatusSensorContext,
-    ScheduleEvaluationContext, SkipReason, run_status_sensor, schedule,
+    DagsterInvalidDefinitionError, DagsterRunStatus, DefaultScheduleStatus, DefaultSensorStatus, RunRequest,
+    RunStatusSensorContext, ScheduleEvaluationContext, SkipReason, run_status_sensor, schedule,
 )
 
 from fleet import records
+from fleet.errors import FleetError
 from fleet.policy import taxonomy as tx
 from fleet.defs.runworker import LOST_TAG
 from fleet.policy.followup import follow_up_request
 from fleet.weeks import last_complete_week
 
-# The weekly tick: Monday 06:00 UTC, for the week that ended on Sunday.
+# The weekly tick: Monday 06:00 UTC, for the week that ended on Sunday (FLEET_SCHEDULE or a defs.yaml moves it).
 SCHEDULE_CRON = "0 6 * * 1"
 
 
@@ -51,11 +52,25 @@ def build_automation(scrape_job, publish_job, crash_reruns: int, artifacts, cron
         """After a scrape-only run succeeds, consolidate and commit the week."""
         return _follow(context, crash_reruns, artifacts)
 
-    @schedule(job=scrape_job, cron_schedule=cron, execution_timezone="UTC", name="weekly_fleet",
-              default_status=DefaultScheduleStatus.RUNNING if running else DefaultScheduleStatus.STOPPED)
     def weekly_fleet(context: ScheduleEvaluationContext):
-        """Every Monday, scrape the week that just ended (the tick's own time, never the wall clock)."""
+        """At each tick (Mondays), scrape the last week complete at the tick's own time, never the wall clock's."""
         week = last_complete_week(context.scheduled_execution_time.date()).isoformat()
+        # Dagster dedups a schedule's run_key within one tick only: a second tick in the week (a schedule that
+        # fires daily, a tick launched by hand from the UI) would scrape the week again
+        launched = records.runs(context.instance, tags={"dagster/schedule_name": "weekly_fleet",
+                                                        "dagster/partition": week}, limit=1)
+        if launched:
+            return SkipReason(f"week {week} was launched by this schedule already (run {launched[0].run_id}); "
+                              "the sensors follow its runs up")
         return RunRequest(partition_key=week, run_key=f"weekly:{week}", tags={tx.TAG_KIND: "scrape"})
 
-    return [after_failed_run, after_successful_run], [weekly_fleet]
+    try:
+        weekly = schedule(job=scrape_job, cron_schedule=cron, execution_timezone="UTC", name="weekly_fleet",
+                          default_status=DefaultScheduleStatus.RUNNING if running else DefaultScheduleStatus.STOPPED
+                          )(weekly_fleet)
+    except DagsterInvalidDefinitionError:
+        raise FleetError(f"the weekly schedule (FLEET_SCHEDULE, or a fleet's defs.yaml `schedule`) must be a cron "
+                         f"expression of five fields, UTC (e.g. {SCHEDULE_CRON!r}, Mondays 06:00), "
+                         f"got {cron!r}") from None
+
+    return [after_failed_run, after_successful_run], [weekly]

@@ -49,7 +49,8 @@ class FleetSpec:
         from fleet.quality.alerts import parse_routes
 
         return cls(settings=s or config.settings(), scrapers=tuple(config.scraper_dirs()),
-                   freshness=config.freshness_deadline(), alert_webhook=config.alert_webhook(),
+                   freshness=config.freshness_deadline(), schedule=config.schedule_cron() or SCHEDULE_CRON,
+                   alert_webhook=config.alert_webhook(),
                    alert_routes=parse_routes(config.alert_routes_text()))
 
 
@@ -86,7 +87,7 @@ class FleetComponent(Component, Model, Resolvable):
     start_week: Annotated[Optional[str], _about(
         "The first week: a Monday (2026-01-05) or an ISO week (2026-W02) (FLEET_START_WEEK).")] = None
     schedule: Annotated[Optional[str], _about(
-        f"Cron of the weekly run, UTC, for the week that ended before it ({SCHEDULE_CRON!r}).")] = None
+        f"Cron of the weekly run, UTC, for the week that ended before it (FLEET_SCHEDULE; {SCHEDULE_CRON!r}).")] = None
     schedule_running: Annotated[bool, _about(
         "Whether the schedule is on when first loaded (else it is turned on in the UI).")] = False
     max_parallel: Annotated[Optional[int], _about(

@@ -34,6 +34,12 @@ SECRETS = ATTEMPT_SECRETS       # credentials attempt processes never get (fleet
 FLAG = "FLEET_CHROMIUM_SANDBOX"  # set in an attempt process's environment: launch Chromium with its sandbox on
 JAIL = Path(__file__).with_name("jail.py")
 OFF_FIX = f"or set {SWITCH}=off to scrape without the sandbox"
+# Where user namespaces are missing, the usual reason is a container: Docker's and Kubernetes' default seccomp
+# profiles forbid creating them. There the container can be the sandbox instead, and FLEET_SANDBOX=off says so.
+NO_USERNS_FIX = (f"allow them (sysctl user.max_user_namespaces, kernel.unprivileged_userns_clone; in a container, a "
+                 f"seccomp profile that permits them), or, where the container itself is the sandbox (an unprivileged "
+                 f"user, no capabilities, nothing of the host's mounted but fleet's volumes), set {SWITCH}=off to "
+                 f"scrape without Chromium's own sandbox")
 
 
 class SandboxRefused(FleetError):
@@ -162,9 +168,8 @@ def current(home: Path, scraper_dirs: list[Path], chromium: str | None = None) -
         box = Sandbox(off=f"{SWITCH}=off")
     elif os.geteuid() != 0:
         box = (Sandbox(chromium_sandbox=True) if _userns_ok({}) else
-               Sandbox(refused="the kernel allows no unprivileged user namespaces, which Chromium's sandbox needs; "
-                               f"allow them (sysctl user.max_user_namespaces, kernel.unprivileged_userns_clone), "
-                               f"{OFF_FIX}"))
+               Sandbox(refused=f"the kernel allows no unprivileged user namespaces, which Chromium's sandbox needs; "
+                               f"{NO_USERNS_FIX}"))
     else:
         box = _as_root(name, home, scraper_dirs, chromium)
     _current[cache_key] = box
@@ -182,7 +187,7 @@ def _as_root(name: str, home: Path, scraper_dirs: list[Path], chromium: str | No
         return Sandbox(refused=f"{SETTING}={name} is root; name an unprivileged user, {OFF_FIX}")
     if not _userns_ok(user):
         return Sandbox(refused=f"the kernel allows user {name} ({SETTING}) no user namespaces, which Chromium's "
-                               f"sandbox needs; allow them (sysctl user.max_user_namespaces), {OFF_FIX}")
+                               f"sandbox needs; {NO_USERNS_FIX}")
     folders = needed(home, scraper_dirs, chromium)
     for folder in (f for f, writes in folders if writes):  # there before the plan looks at them
         folder.mkdir(parents=True, exist_ok=True)
