@@ -61,7 +61,7 @@ class _Group(click.Group):
             return super().main(*args, standalone_mode=False, **kwargs)
         try:
             rv = super().main(*args, standalone_mode=False, **kwargs)
-        except click.exceptions.NoArgsIsHelpError as exc:
+        except getattr(click.exceptions, "NoArgsIsHelpError", ()) as exc:  # click 8.2+: a bare group's help
             click.echo(exc.format_message(), err=True)
             sys.exit(exc.exit_code)
         except click.UsageError as exc:

@@ -73,8 +73,9 @@ def compare(prev: pl.DataFrame, cur: pl.DataFrame, key: list[str] | None) -> dic
         return {**out, "added": cur.height, "removed": prev.height, "changed": 0}
     p = prev.with_columns(_hashes(prev, by_key, "_fleet_key")).unique(subset="_fleet_key", keep="last")
     c = cur.with_columns(_hashes(cur, by_key, "_fleet_key")).unique(subset="_fleet_key", keep="last")
-    out["added"] = int((~c["_fleet_key"].is_in(p["_fleet_key"].implode())).sum())
-    out["removed"] = int((~p["_fleet_key"].is_in(c["_fleet_key"].implode())).sum())
+    # joins, not is_in: polars changed what is_in means for a collection of the column's own type (1.25 -> 2.x)
+    out["added"] = c.select("_fleet_key").join(p.select("_fleet_key"), on="_fleet_key", how="anti").height
+    out["removed"] = p.select("_fleet_key").join(c.select("_fleet_key"), on="_fleet_key", how="anti").height
     values = [col for col in common if col not in key]
     by_value = exprs(values)
     both = c.select("_fleet_key").join(p.select("_fleet_key"), on="_fleet_key", how="inner")

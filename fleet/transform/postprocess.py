@@ -48,8 +48,10 @@ def post_process(store: ArtifactStore, week: str) -> int:
         lf = (lf.with_columns([pl.col(c).str.strip_chars().str.replace_all(r"\s+", " ") for c in strings])
               .unique(subset=data or None, keep="first", maintain_order=True))  # stable: the file is deterministic
         shape = frozenset((c, str(schema[c])) for c in data)
-        if shape in seen:
-            lf = lf.filter(~digest.is_in(seen[shape].implode()))
+        if shape in seen:  # an anti-join, not is_in (whose meaning for a same-typed collection polars changed)
+            lf = (lf.with_columns(digest.alias("_fleet_seen"))
+                  .join(pl.LazyFrame({"_fleet_seen": seen[shape]}), on="_fleet_seen", how="anti", maintain_order="left")
+                  .drop("_fleet_seen"))
         lf = lf.with_columns(pl.lit(week).str.to_date().alias(provenance.WEEK),
                              pl.struct(pl.lit(name).alias(provenance.SOURCE), digest.alias("row"))
                              .hash(seed=0).cast(pl.String).alias(provenance.ROW_ID))

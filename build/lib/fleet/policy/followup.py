@@ -1,0 +1,113 @@
+"""What follows a finished run of a week, and who launches it: the one driver of fleet's follow-up policy.
+
+The run-status sensors (fleet/defs/automation.py) and ``fleet run`` both go through :func:`follow_up_request`;
+``fleet run`` loops on it with :func:`drive` instead of waiting for a daemon. A run is followed up once: a
+follow-up carries ``fleet/recovers=<run id>``, and a run that already has one is not followed again, whichever
+driver saw it first."""
+from __future__ import annotations
+
+from dagster import AssetCheckKey, AssetKey, RunRequest
+
+from fleet import records
+from fleet.policy import taxonomy as tx
+from fleet.engine import outcome
+from fleet.policy.pastweek import FORCE_TAG
+from fleet.storage import store as keys
+
+
+def followed_by(instance, run) -> str | None:
+    """The id of a run already launched to follow ``run``, or None."""
+    found = records.runs(instance, {tx.TAG_RECOVERS: run.run_id}, limit=1)
+    return found[0].run_id if found else None
+
+
+def follow_up_request(instance, run, max_reruns: int, store):
+    """``(action, RunRequest or None)``: what should follow ``run`` under fleet's policy. None when nothing
+    should, or when another driver has already launched its follow-up, or when ``run`` stopped because an older
+    run of its week was going (its steps never started; the older run's own follow-up owns the week)."""
+    if tx.TAG_SUPERSEDED in run.tags:
+        return tx.Action("none", run.tags.get(tx.PARTITION_TAG), reason=run.tags[tx.TAG_SUPERSEDED]), None
+    outcomes = tx.run_outcomes(instance, run, store)
+    action = tx.next_action(instance, run, max_reruns, store, outcomes=outcomes)
+    tag = tx.failure_tag(outcomes.values())
+    if tag and run.tags.get(tx.TAG_FAILURE) != tag:
+        records.add_tags(instance, run.run_id, {tx.TAG_FAILURE: tag})
+    record_crashes(run, outcomes, store)
+    if action.kind in ("rerun", "publish"):
+        other = followed_by(instance, run)
+        if other:
+            return tx.Action("none", action.week, reason=f"already followed up by run {other}"), None
+    if action.kind == "rerun":
+        step_keys = {f"{tx.RAW_PREFIX}{s}" for s in action.sources}
+        ops = {k: v for k, v in (run.run_config or {}).get("ops", {}).items() if k in step_keys}
+        return action, RunRequest(
+            job_name="scrape_week", partition_key=action.week, run_key=f"rerun:{run.run_id}",
+            asset_selection=[AssetKey(["raw", s]) for s in action.sources],
+            # the sources' own quality checks only: a selection's default adds every check of its assets, the
+            # weekly freshness checks (fleet/defs/freshness.py) included, which judge on their own schedule
+            asset_check_keys=quality_checks(action.sources),
+            run_config={"ops": ops} if ops else {},
+            tags={tx.TAG_KIND: "rerun", tx.TAG_ATTEMPT: str(action.attempt), tx.TAG_RECOVERS: run.run_id,
+                  # what the run was allowed to scrape, its re-execution is (pastweek.origin judges by it anyway)
+                  **({FORCE_TAG: run.tags[FORCE_TAG]} if FORCE_TAG in run.tags else {})},
+        )
+    if action.kind == "publish":
+        return action, RunRequest(job_name="publish_week", partition_key=action.week, run_key=f"publish:{run.run_id}",
+                                  tags={tx.TAG_KIND: "publish", tx.TAG_RECOVERS: run.run_id})
+    return action, None
+
+
+def drive(instance, run, max_reruns: int, store, launch, echo=lambda _line: None) -> list:
+    """Follow ``run`` until the policy asks for nothing more: ``launch(request, action)`` executes a follow-up and
+    returns its finished run. Returns the follow-up runs in order (the publish run, if any, is the last)."""
+    runs = []
+    while True:
+        action, request = follow_up_request(instance, run, max_reruns, store)
+        if request is None:
+            if action.kind == "none" and action.reason.startswith("already followed up"):
+                echo(f"fleet: run {run.run_id}: {action.reason}")
+            return runs
+        echo(f"fleet: {action.reason}")
+        run = launch(request, action)
+        runs.append(run)
+        if action.kind == "publish":
+            return runs
+
+
+def record_crashes(run, outcomes, store) -> None:
+    """A crashed step wrote no outcome of its own: record it, so consolidation and commits say why the source is missing.
+
+    What is stored is kept when it is truer than "crashed in this run": a usable outcome (ok, empty or partial
+    with its rows, from an earlier run or from this step before it died: consolidation takes it, and writing
+    over it dropped committed rows from the week); any earlier outcome of a step that never started in this
+    run (the run made no attempt); and this run's own record of the infra failure (the runner's, with its
+    evidence)."""
+    week = run.tags.get(tx.PARTITION_TAG)
+    if not week:
+        return
+    for src, o in outcomes.items():
+        if o.category != "infra":
+            continue
+        stored = keys.read_outcome(store, week, src)
+        if stored and (keys.usable_outcome(store, week, src) is not None or o.status == "not started"
+                       or (stored.get("run_id") == run.run_id and stored.get("category") == "infra")):
+            continue
+        outcome.failed(store, src, week, run.run_id, f"source {src}: {o.error}", "infra")
+
+
+def reap_dead_run(instance, run, reason: str) -> None:
+    """Mark ``run``, whose process is gone (kill -9, a reboot), failed, and give back the pool slots its steps held.
+
+    ``report_run_failed`` alone leaves the steps' claims on the ``scrapers`` pool in place: Dagster frees a
+    run's slots when its own process ends them, or from the daemon long after the run ended (never under
+    ``fleet run``), so every later step of any week waited "blocked by limit for pool scrapers" behind a dead
+    run's claims."""
+    records.report_failed(instance, run, reason)
+    records.free_pool_slots(instance, run.run_id)
+
+
+QUALITY_CHECK = "quality"  # a source's own check, evaluated by its raw step (fleet/defs/assets.py)
+
+
+def quality_checks(sources) -> list[AssetCheckKey]:
+    return [AssetCheckKey(AssetKey(["raw", s]), QUALITY_CHECK) for s in sources]

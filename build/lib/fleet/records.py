@@ -1,0 +1,181 @@
+"""The one adapter to Dagster's records: every read or write of fleet's runs, their events and their tags goes
+through here, and this is the only module of fleet that reaches a Dagster member Dagster does not mark public.
+
+It uses Dagster's public API where there is one (``DagsterInstance.get_run_records``, ``get_run_by_id``,
+``get_run_record_by_id``, marked ``@public``). What has no public equivalent is listed in :data:`NON_PUBLIC`, each
+with what it stands in for; the import-time tripwire below fails, naming the member, on a Dagster that moved one,
+so a minor release never changes fleet's policy unseen. fleet_tests/test_records.py holds that no other module
+touches a non-public ``DagsterInstance`` member or imports ``dagster._``."""
+from __future__ import annotations
+
+import importlib.util
+from typing import Iterable
+
+from dagster import (
+    AssetKey, AssetRecordsFilter, DagsterEventType, DagsterInstance, DagsterRun, EventLogRecord, RunRecord, RunsFilter,
+)
+
+# Each non-public member fleet uses, and why there is no public way (Dagster 1.13).
+NON_PUBLIC = {
+    "DagsterInstance.get_records_for_run": "a run's step events; the public readers cover asset events and run "
+                                           "status changes only",
+    "DagsterInstance.add_run_tags": "tags on an existing run (claims, run worker, code version, failure category)",
+    "DagsterInstance.report_run_failed": "failing a run whose process is gone (a dead `fleet run`)",
+    "DagsterInstance.report_engine_event": "a line in a run's event log from fleet's Celery watch",
+    "DagsterInstance.event_log_storage": "the pool slots and asset-check history below",
+    "EventLogStorage.supports_global_concurrency_limits": "whether the storage has pools",
+    "EventLogStorage.free_concurrency_slots_for_run": "giving back a dead run's pool slots",
+    "EventLogStorage.get_concurrency_keys": "the pools set with `dagster instance concurrency set`",
+    "EventLogStorage.get_concurrency_info": "a pool's limit",
+    "EventLogStorage.get_asset_check_execution_history": "the checks the UI shows as failed",
+    "DagsterInstance.run_monitoring_start_timeout_seconds": "the grace before a run worker records itself",
+    "RunLauncher._instance": "the instance of fleet's run launcher (fleet/defs/compat.py)",
+    "RunLauncher.check_run_worker_health, supports_check_run_worker_health": "the run-worker health check fleet's "
+                                                                            "launcher gives run monitoring",
+    "dagster._core.launcher.base.CheckRunHealthResult": "what a run launcher's worker health check returns",
+    "dagster._core.launcher.base.WorkerStatus": "the statuses in it",
+    "DagsterInstance.get_ref, from_ref, dispose": "an instance of its own for a reading thread "
+                                                  "(fleet/lifecycle/progress.py)",
+    # modules the dagster.yaml fleet writes names, as Dagster's instance docs do (fleet/defs/instance.py)
+    "module dagster._core.run_coordinator": "QueuedRunCoordinator, the run queue",
+    "module dagster._core.storage.noop_compute_log_manager": "NoOpComputeLogManager (FLEET_COMPUTE_LOGS unset)",
+    "ReconstructableJob.get_subset": "a run of some assets with only the checks named: execute_job's asset_selection "
+                                     "adds every check of the selected assets (fleet run's own runs; RunRequest "
+                                     "has asset_check_keys)",
+}
+
+try:
+    from dagster._core.definitions.reconstruct import ReconstructableJob
+    from dagster._core.launcher.base import CheckRunHealthResult, RunLauncher, WorkerStatus
+    from dagster._core.storage.event_log.base import EventLogStorage
+except ImportError as exc:  # pragma: no cover - only on a Dagster that moved them
+    raise ImportError(f"fleet.records: this Dagster moved a module fleet uses ({exc}); see fleet.records.NON_PUBLIC") from exc
+
+
+def tripwire(entries: dict) -> None:
+    """Raise ImportError naming the first listed member this Dagster lacks."""
+    owners = {"DagsterInstance": DagsterInstance, "EventLogStorage": EventLogStorage, "RunLauncher": RunLauncher,
+              "ReconstructableJob": ReconstructableJob}
+    for entry in entries:
+        if entry.startswith("module "):
+            if importlib.util.find_spec(entry.split()[1]) is None:
+                raise ImportError(f"fleet.records: {entry} is gone from this Dagster ({entries[entry]})")
+            continue
+        owner, _, names = entry.partition(".")
+        if owner not in owners:
+            continue
+        for name in names.split(", "):
+            if not hasattr(owners[owner], name):
+                raise ImportError(f"fleet.records: {owner}.{name} is gone from this Dagster ({entries[entry]}); "
+                                  "fleet needs a new way to it")
+
+
+tripwire(NON_PUBLIC)
+
+# --- runs ---------------------------------------------------------------------------------------------------
+
+
+def run_by_id(instance, run_id: str) -> DagsterRun | None:
+    return instance.get_run_by_id(run_id)
+
+
+def run_records(instance, tags: dict | None = None, statuses=None, limit: int | None = None) -> list[RunRecord]:
+    """The runs with ``tags`` (and in ``statuses``), oldest first (storage ids are given in creation order)."""
+    found = instance.get_run_records(RunsFilter(tags=tags or None, statuses=list(statuses) if statuses else None),
+                                     limit=limit)
+    return sorted(found, key=lambda r: r.storage_id)
+
+
+def runs(instance, tags: dict | None = None, statuses=None, limit: int | None = None) -> list[DagsterRun]:
+    return [r.dagster_run for r in run_records(instance, tags, statuses, limit)]
+
+
+def run_record(instance, run_id: str) -> RunRecord | None:
+    """The record of a run: its storage id, ``create_timestamp``, ``start_time``."""
+    return instance.get_run_record_by_id(run_id)
+
+
+def add_tags(instance, run_id: str, tags: dict) -> None:
+    instance.add_run_tags(run_id, tags)
+
+
+def report_failed(instance, run, reason: str) -> None:
+    if not run.is_finished:
+        instance.report_run_failed(run, reason)
+
+
+def engine_event(instance, run, message: str) -> None:
+    instance.report_engine_event(message, run)
+
+
+# --- events ---------------------------------------------------------------------------------------------------
+
+PAGE = 10_000
+
+
+def events(instance, run_id: str, types: Iterable[DagsterEventType] | DagsterEventType | None = None) -> list[EventLogRecord]:
+    """The records of run ``run_id``'s events of ``types`` (all when None), in order, every page of them."""
+    of_type = {types} if isinstance(types, DagsterEventType) else set(types) if types is not None else None
+    out, cursor = [], None
+    while True:
+        page = instance.get_records_for_run(run_id, cursor=cursor, of_type=of_type, limit=PAGE)
+        out += page.records
+        if not page.has_more:
+            return out
+        cursor = page.cursor
+
+
+# --- pools and checks -----------------------------------------------------------------------------------------
+
+
+def free_pool_slots(instance, run_id: str) -> None:
+    """Give back the pool slots the steps of run ``run_id`` still hold (Dagster frees them only from the daemon,
+    after ``free_slots_after_run_end_seconds``, which fleet does not set)."""
+    storage = instance.event_log_storage
+    if storage.supports_global_concurrency_limits:
+        storage.free_concurrency_slots_for_run(run_id)
+
+
+def pool_limit(instance, pool: str) -> int | None:
+    """The limit set on ``pool`` in the instance's storage (`dagster instance concurrency set`), or None."""
+    storage = instance.event_log_storage
+    if pool in set(storage.get_concurrency_keys()):
+        return storage.get_concurrency_info(pool).slot_count
+    return None
+
+
+def subset(job, asset_selection, checks):
+    """The reconstructable ``job`` narrowed to ``asset_selection`` and exactly the ``checks`` given."""
+    return job.get_subset(asset_selection=set(asset_selection), asset_check_selection=set(checks))
+
+
+def materialized(instance, key: AssetKey, partition: str) -> bool:
+    """Whether ``key`` has a materialization of ``partition`` (``DagsterInstance.fetch_materializations``, public)."""
+    found = instance.fetch_materializations(AssetRecordsFilter(asset_key=key, asset_partitions=[partition]), limit=1)
+    return bool(found.records)
+
+
+def check_history(instance, key, limit: int = 1000) -> list:
+    """The executions of asset check ``key``, newest first."""
+    return instance.event_log_storage.get_asset_check_execution_history(key, limit=limit)
+
+
+# --- the run launcher and a reading thread's instance ----------------------------------------------------------
+
+
+def launcher_instance(launcher) -> DagsterInstance:
+    return launcher._instance
+
+
+def monitoring_grace_s(instance) -> float:
+    return instance.run_monitoring_start_timeout_seconds
+
+
+def reopen(instance) -> DagsterInstance:
+    """An instance of its own on the same storage, for a thread that reads while ``instance`` is busy; close it
+    with :func:`close`."""
+    return DagsterInstance.from_ref(instance.get_ref())
+
+
+def close(instance) -> None:
+    instance.dispose()

@@ -1,0 +1,1 @@
+"""The stages between stored raw rows and the commits: consolidation and post-processing (polars)."""
