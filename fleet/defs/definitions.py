@@ -4,13 +4,19 @@ from __future__ import annotations
 
 import atexit
 import gc
+import warnings
 
-from dagster import load_from_defs_folder
+from dagster import BetaWarning, load_from_defs_folder
 
 from fleet.config import PROJECT_ROOT
 # imported from here by the CLI, the tests and the benchmarks; built in fleet/defs/component.py
 from fleet.defs.component import PRELOAD, build_defs, scrape_executor  # noqa: F401
 
+# Dagster 1.13 warns, as it resolves the definitions, that a parameter its own code passes for the freshness
+# multi-asset check (``AssetsDefinition(execution_type=...)``) is beta: a line on every command's stderr about
+# nothing fleet chose. (Set here: the component's own module is imported inside Dagster's warnings context.)
+warnings.filterwarnings("ignore", message="Parameter `execution_type` of function `AssetsDefinition.__init__`",
+                        category=BetaWarning)
 if (PROJECT_ROOT / "pyproject.toml").is_file():  # a checkout (or an editable install): the dg project
     defs = load_from_defs_folder(path_within_project=PROJECT_ROOT)
 else:

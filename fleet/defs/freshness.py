@@ -9,21 +9,15 @@ check is fleet's own, run weekly at the deadline by the ``fleet_freshness`` sche
 # No `from __future__ import annotations`: Dagster inspects the check function's annotations at runtime.
 
 import datetime as dt
-import warnings
 
 from dagster import (
-    AssetCheckExecutionContext, BetaWarning, AssetCheckResult, AssetCheckSeverity, AssetCheckSpec, AssetKey, AssetSelection,
+    AssetCheckExecutionContext, AssetCheckResult, AssetCheckSeverity, AssetCheckSpec, AssetKey, AssetSelection,
     DefaultScheduleStatus, RunRequest, ScheduleEvaluationContext, define_asset_job, multi_asset_check, schedule,
 )
 
 from fleet import records
 from fleet.policy.freshness import due_week
 from fleet.weeks import Deadline, utc_now
-
-# Dagster 1.13 warns, as it resolves the definitions, that a parameter its own code passes for a multi-asset check
-# (``AssetsDefinition(execution_type=...)``) is beta: a line on every command's stderr about nothing fleet chose.
-warnings.filterwarnings("ignore", message="Parameter `execution_type` of function `AssetsDefinition.__init__`",
-                        category=BetaWarning)
 
 FRESH_CHECK = "fresh_week"
 AS_OF_TAG = "fleet/as_of"  # the moment a run of the check judges at: its schedule's tick (else now)
