@@ -46,12 +46,9 @@ def commit_stage(repo: DataRepo, store: ArtifactStore, week: str, stage: str, *,
     subject, body = message.for_week(week, stage, run_id, summary)
     change_lines, changes_md = changes.for_commit(store, week, stage)
     artifacts[f"{week}/CHANGES.md"] = store.local_copy(week, changes_md)
-    sorted_out: dict = {}
 
     def message_body(on_branch: dict[str, str]) -> str:
-        sorted_out.clear()
-        sorted_out.update(sort_sources(week, stage, ours, drop, on_branch))
-        return "\n".join([body, *message.folder_lines(sorted_out), *change_lines])
+        return "\n".join([body, *message.folder_lines(sort_sources(week, stage, ours, drop, on_branch)), *change_lines])
 
     before = store.read_json(week, keys.commit_key(stage)) or {}
     landed = before.get("sha") if before.get("status") in LANDED else before.get("last_landed")
@@ -69,7 +66,8 @@ def commit_stage(repo: DataRepo, store: ArtifactStore, week: str, stage: str, *,
                  else before.get("lfs_bytes", 0) if before.get("sha") == result.sha else 0)
     store.write_json(week, keys.commit_key(stage), {"status": result.status, "sha": result.sha,
                                                    "attempts": result.attempts, "run_id": run_id,
-                                                   "lfs_bytes": lfs_bytes, **sorted_out})
+                                                   "lfs_bytes": lfs_bytes,
+                                                   **sort_sources(week, stage, ours, drop, result.listed)})
     return result
 
 
