@@ -141,7 +141,7 @@ def week_timeline(instance, week: str, outcome, cap: int) -> dict:
         starts = [s["start"] for s in steps.values() if "start" in s]
         ends = [s["end"] for s in steps.values() if "end" in s]
         runs.append({"run": run.run_id[:8], "kind": run.tags.get(tx.TAG_KIND, "-"), "status": run.status.value,
-                     "created": round(rec.create_timestamp.timestamp() - t0, 2), "steps": len(steps),
+                     "created": round(rec.create_timestamp.timestamp() - t0, 2), "steps": sum(1 for k in steps if k.startswith(tx.RAW_PREFIX)),  # source steps (a --source run also checks freshness)
                      "first_step_start": min(starts, default=None), "last_step_end": max(ends, default=None),
                      "step_seconds": {k: round(v["end"] - v["start"], 2)
                                       for k, v in sorted(steps.items(), key=lambda kv: kv[1].get("start", 0))

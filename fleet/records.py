@@ -39,13 +39,9 @@ NON_PUBLIC = {
     # modules the dagster.yaml fleet writes names, as Dagster's instance docs do (fleet/defs/instance.py)
     "module dagster._core.run_coordinator": "QueuedRunCoordinator, the run queue",
     "module dagster._core.storage.noop_compute_log_manager": "NoOpComputeLogManager (FLEET_COMPUTE_LOGS unset)",
-    "ReconstructableJob.get_subset": "a run of some assets with only the checks named: execute_job's asset_selection "
-                                     "adds every check of the selected assets (fleet run's own runs; RunRequest "
-                                     "has asset_check_keys)",
 }
 
 try:
-    from dagster._core.definitions.reconstruct import ReconstructableJob
     from dagster._core.launcher.base import CheckRunHealthResult, RunLauncher, WorkerStatus
     from dagster._core.storage.event_log.base import EventLogStorage
 except ImportError as exc:  # pragma: no cover - only on a Dagster that moved them
@@ -54,8 +50,7 @@ except ImportError as exc:  # pragma: no cover - only on a Dagster that moved th
 
 def tripwire(entries: dict) -> None:
     """Raise ImportError naming the first listed member this Dagster lacks."""
-    owners = {"DagsterInstance": DagsterInstance, "EventLogStorage": EventLogStorage, "RunLauncher": RunLauncher,
-              "ReconstructableJob": ReconstructableJob}
+    owners = {"DagsterInstance": DagsterInstance, "EventLogStorage": EventLogStorage, "RunLauncher": RunLauncher}
     for entry in entries:
         if entry.startswith("module "):
             if importlib.util.find_spec(entry.split()[1]) is None:
@@ -142,11 +137,6 @@ def pool_limit(instance, pool: str) -> int | None:
     if pool in set(storage.get_concurrency_keys()):
         return storage.get_concurrency_info(pool).slot_count
     return None
-
-
-def subset(job, asset_selection, checks):
-    """The reconstructable ``job`` narrowed to ``asset_selection`` and exactly the ``checks`` given."""
-    return job.get_subset(asset_selection=set(asset_selection), asset_check_selection=set(checks))
 
 
 def materialized(instance, key: AssetKey, partition: str) -> bool:

@@ -103,8 +103,7 @@ def run_week(week: str, sources: tuple[str, ...] = (), deep: tuple[str, ...] = (
     from fleet.defs.instance import get_instance
     from fleet.lifecycle.progress import Progress
     from fleet.policy import taxonomy as tx
-    from fleet import records
-    from fleet.policy.followup import drive, quality_checks
+    from fleet.policy.followup import drive
     from fleet.policy.pastweek import FORCE_TAG
     from fleet.storage.open import check_store
 
@@ -139,11 +138,10 @@ def run_week(week: str, sources: tuple[str, ...] = (), deep: tuple[str, ...] = (
     store = host_store()
 
     def launch(request, action):
-        job = reconstructable(d.scrape_week_job if action.kind == "rerun" else d.publish_week_job)
-        if request.asset_selection:  # with its own checks only, as the request names them
-            job = records.subset(job, request.asset_selection, request.asset_check_keys or ())
-        result = execute_job(job, instance, run_config={**(request.run_config or {}), **_logging(verbose)},
-                             tags={**base_tags, **request.tags})
+        job = d.scrape_week_job if action.kind == "rerun" else d.publish_week_job
+        # execute_job takes no check selection: a subset run here also runs its sources' fresh_week checks (one step)
+        result = execute_job(reconstructable(job), instance, run_config={**(request.run_config or {}), **_logging(verbose)},
+                             tags={**base_tags, **request.tags}, asset_selection=request.asset_selection)
         return instance.get_run_by_id(result.run_id)
 
     reap_orphaned_runs(instance, week, echo)
@@ -153,11 +151,8 @@ def run_week(week: str, sources: tuple[str, ...] = (), deep: tuple[str, ...] = (
     echo(f"fleet: scraping week {week} ({len(sources or names)} sources, at most {s.max_parallel} at once, {where})")
     with Progress(instance, store, week, len(sources or names), echo,
                   live=echo is click.echo and sys.stdout.isatty() and not verbose) as progress:
-        job = reconstructable(d.scrape_week_job)
-        if selection:  # the selected sources with their own checks only (the job's default leaves out freshness)
-            job = records.subset(job, selection, quality_checks(sources))
-        result = execute_job(job, instance, run_config={"ops": ops, **_logging(verbose)},
-                             tags={**base_tags, tx.TAG_KIND: "scrape"})
+        result = execute_job(reconstructable(d.scrape_week_job), instance, run_config={"ops": ops, **_logging(verbose)},
+                             tags={**base_tags, tx.TAG_KIND: "scrape"}, asset_selection=selection)
         run = instance.get_run_by_id(result.run_id)
         superseded(run)
         progress.catch_up()  # every source's line before the stage's end is said
