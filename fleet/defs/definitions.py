@@ -9,6 +9,7 @@ import warnings
 from dagster import BetaWarning, load_from_defs_folder
 
 from fleet.config import PROJECT_ROOT
+from fleet.errors import FleetError
 # imported from here by the CLI, the tests and the benchmarks; built in fleet/defs/component.py
 from fleet.defs.component import PRELOAD, build_defs, scrape_executor  # noqa: F401
 
@@ -17,8 +18,24 @@ from fleet.defs.component import PRELOAD, build_defs, scrape_executor  # noqa: F
 # nothing fleet chose. (Set here: the component's own module is imported inside Dagster's warnings context.)
 warnings.filterwarnings("ignore", message="Parameter `execution_type` of function `AssetsDefinition.__init__`",
                         category=BetaWarning)
+
+
+def _load():
+    """fleet's own fleet through its component; a bad setting stays fleet's one line (FleetError), not Dagster's
+    tree of the component that failed to load around it."""
+    try:
+        return load_from_defs_folder(path_within_project=PROJECT_ROOT)
+    except Exception as exc:
+        cause = exc
+        while cause is not None and not isinstance(cause, FleetError):
+            cause = cause.__cause__ or cause.__context__
+        if cause is None:
+            raise
+        raise cause from None
+
+
 if (PROJECT_ROOT / "pyproject.toml").is_file():  # a checkout (or an editable install): the dg project
-    defs = load_from_defs_folder(path_within_project=PROJECT_ROOT)
+    defs = _load()
 else:
     # an installed fleet has no project around it for dg to find; its own fleet is the same component with an
     # empty defs.yaml, which is what build_defs makes from the environment's settings
