@@ -1,1 +1,0 @@
-"""Quality: per-source and per-week asset checks, and the alerts they raise."""

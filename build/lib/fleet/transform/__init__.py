@@ -1,1 +1,0 @@
-"""The stages between stored raw rows and the commits: consolidation and post-processing (polars)."""
