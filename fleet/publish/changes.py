@@ -54,8 +54,7 @@ def compare(prev: pl.DataFrame, cur: pl.DataFrame, key: list[str] | None) -> dic
     """Rows added, removed and changed (same key, other values) of one source's two weeks, whatever their types:
     a column whose type changed is reported under ``columns_retyped`` and compared by its text form (a value
     whose type has none, a list, counts as changed), never a crash."""
-    prev_cols = [c for c in prev.columns if not provenance.is_fleet_column(c)]
-    cur_cols = [c for c in cur.columns if not provenance.is_fleet_column(c)]
+    prev_cols, cur_cols = provenance.data_columns(prev.columns), provenance.data_columns(cur.columns)
     common = [c for c in cur_cols if c in prev_cols]
     retyped = {c: f"{prev.schema[c]} -> {cur.schema[c]}" for c in common if prev.schema[c] != cur.schema[c]}
     out = {"rows": cur.height, "previous_rows": prev.height,

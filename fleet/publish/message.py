@@ -106,5 +106,4 @@ def week_folder_report(week: str, records: list[dict]) -> list[str]:
     line = (f"week folder {week}/: {len(union('added'))} source(s) added, {len(union('updated'))} written again, "
             f"{len(kept)} kept as committed, not in this run{': ' + ', '.join(kept) if kept else ''}; "
             f"{len(dropped)} dropped{': ' + ', '.join(dropped) if dropped else ''}")
-    legacy = sorted({path for rec in records for path in rec.get("legacy") or []})
-    return [line] + [f"{path} (an older fleet's one-file layout of this week) is left as it was" for path in legacy]
+    return [line, *folder_lines({"legacy": sorted({path for rec in records for path in rec.get("legacy") or []})})]

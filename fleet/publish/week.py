@@ -31,12 +31,7 @@ def commit_stage(repo: DataRepo, store: ArtifactStore, week: str, stage: str, *,
     commit removes from the week's folder."""
     if stage not in STAGES:
         raise FleetError(f"unknown stage {stage!r}: use raw or processed")
-    listed = layout.files(store, week, stage)
-    if listed is None:
-        legacy = store.exists(week, layout.LEGACY_KEY[stage])
-        raise FleetError(f"week {week}: no stored {stage} artifacts in this fleet's layout"
-                         + (" (an older fleet's one-file layout is stored)" if legacy else "")
-                         + f"; run `fleet run --week {week}` first (stored rows are reused)")
+    listed = layout.required(store, week, stage)
     if stage == "processed":
         _refuse_stale_processed(store, week)
     drop = sorted(set(drop))

@@ -27,6 +27,11 @@ def is_fleet_column(name: str) -> bool:
     return name.startswith(PREFIX)
 
 
+def data_columns(names) -> list[str]:
+    """What a source reported: every column of ``names`` but fleet's own."""
+    return [c for c in names if not is_fleet_column(c)]
+
+
 def upgrade_raw(frame):
     """A stored raw attempt's frame (or LazyFrame) with fleet's columns under their current names: one stored
     before the namespace holds ``fetched_at``/``scraper_rev`` as fleet's (no scraper could declare them then)."""

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import polars as pl
 
+from fleet.errors import FleetError
 from fleet.storage import provenance
 from fleet.storage import store as keys
 from fleet.storage.store import ArtifactStore
@@ -43,6 +44,18 @@ def files(store: ArtifactStore, week: str, stage: str) -> dict[str, str] | None:
     summary = store.read_json(week, SUMMARY[stage]) or {}
     listed = summary.get("files")
     return dict(listed) if isinstance(listed, dict) else None
+
+
+def required(store: ArtifactStore, week: str, stage: str) -> dict[str, str]:
+    """``files``, refused in one line when the stage was not run for ``week`` in this layout (nothing stored, or
+    only an older fleet's one file)."""
+    listed = files(store, week, stage)
+    if listed is None:
+        legacy = store.exists(week, LEGACY_KEY[stage])
+        raise FleetError(f"week {week}: no stored {stage} rows in this fleet's layout"
+                         + (" (an older fleet consolidated them into one file)" if legacy else "")
+                         + f"; run `fleet run --week {week}` first (stored rows are reused)")
+    return listed
 
 
 def frames(store: ArtifactStore, week: str, stage: str) -> dict[str, pl.LazyFrame] | None:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import polars as pl
 
-from fleet.errors import FleetError
 from fleet.storage import provenance
 from fleet.storage import store as keys
 from fleet.storage.store import ArtifactStore
@@ -13,18 +12,8 @@ from fleet.transform import layout
 
 def consolidated(store: ArtifactStore, week: str) -> dict:
     """The week's consolidation summary, refused in one line when there is none in this layout."""
-    summary = store.read_json(week, keys.CONSOLIDATED_META_KEY) or {}
-    if layout.files(store, week, "raw") is None:
-        legacy = store.exists(week, keys.CONSOLIDATED_KEY)
-        raise FleetError(f"week {week}: " + ("its raw rows were consolidated by an older fleet into one file; "
-                                             if legacy else "no consolidated raw rows are stored; ")
-                         + f"run `fleet run --week {week}` to consolidate them (stored rows are reused)")
-    return summary
-
-
-def data_columns(schema: pl.Schema) -> list[str]:
-    """What a source reported: every column but fleet's own (provenance, source, stale_since…)."""
-    return [c for c in schema.names() if not provenance.is_fleet_column(c)]
+    layout.required(store, week, "raw")
+    return store.read_json(week, keys.CONSOLIDATED_META_KEY) or {}
 
 
 def post_process(store: ArtifactStore, week: str) -> int:
@@ -42,7 +31,7 @@ def post_process(store: ArtifactStore, week: str) -> int:
     written, rows = {}, {}
     for name, lf in (layout.frames(store, week, "raw") or {}).items():
         schema = lf.collect_schema()
-        data = data_columns(schema)
+        data = provenance.data_columns(schema.names())
         strings = [c for c in data if schema[c] == pl.String]
         digest = pl.struct(data).hash(seed=0) if data else pl.lit(0, dtype=pl.UInt64)
         lf = (lf.with_columns([pl.col(c).str.strip_chars().str.replace_all(r"\s+", " ") for c in strings])
