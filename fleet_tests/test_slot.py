@@ -260,3 +260,46 @@ def test_status_never_takes_a_waiter_being_registered_for_a_dead_one(tmp_path):
     with slot._waiting(tmp_path, {"source": "jobs", "pid": 789}):
         assert [r["source"] for r in slot.now(tmp_path, "")[1]] == ["jobs"]
     assert slot.now(tmp_path, "")[1] == []
+
+
+@pytest.mark.parametrize("where", ["files", "redis"])
+def test_two_executions_of_a_sources_week_at_once_scrape_it_once(scrape_home, tmp_path, redis_url, where):
+    """The same source's week executed twice at once (a Celery message redelivered after a broker restart, a rerun
+    of a step taken for gone that still scrapes): the second waits for the first, saying for whom, then reuses the
+    rows it stored. The source is scraped once; both executions end ok with the same rows."""
+    from fleet.config import chromium_path
+    from fleet.engine.runner import run_source
+    from fleet.engine.settings import EngineSettings
+    from fleet.scraping.discovery import discover
+    from fleet.storage.store import LocalArtifactStore
+    from fleet_tests.conftest import Lines
+
+    shared = redis_url if where == "redis" else ""
+    if shared:
+        import redis
+
+        redis.Redis.from_url(shared).flushdb()
+    d = tmp_path / "sleepy"
+    d.mkdir()
+    (d / "twice.py").write_text(SLEEPY.format(name="twice", timeout=60, sleep=3))
+    source = discover([d])[0]
+    ws = EngineSettings.under(scrape_home, chromium=chromium_path(), scrape_cap=2, slots_shared=shared)
+    store, outs, logs = LocalArtifactStore(scrape_home / "artifacts"), {}, {"a": Lines(), "b": Lines()}
+
+    def run(run_id):
+        outs[run_id] = run_source(source, WEEK, store=store, run_id=run_id, settings=ws, log=logs[run_id])
+
+    first = threading.Thread(target=run, args=("a",))
+    first.start()
+    deadline = time.monotonic() + 60
+    while not any(" attempt in process " in ln for ln in logs["a"].lines):  # a is scraping
+        assert time.monotonic() < deadline, str(logs["a"])
+        time.sleep(0.05)
+    run("b")
+    first.join(120)
+    assert outs["a"].status == outs["b"].status == "ok", outs
+    assert not outs["a"].reused and outs["b"].reused, outs
+    assert outs["a"].rows == outs["b"].rows == 1
+    assert not any(" attempt in process " in ln for ln in logs["b"].lines), str(logs["b"])
+    said = [ln for ln in logs["b"].lines if "another execution of twice for week" in ln]
+    assert said and "run a" in said[0] and "waiting for it to end" in said[0], str(logs["b"])

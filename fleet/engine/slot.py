@@ -58,7 +58,7 @@ def scrape_slot(cap: int, root: Path, shared: str, source: str, run_id: str, say
     who = _who(source, run_id)
     started = time.monotonic()
     if shared:
-        with _shared(cap, shared, who, say) as _:
+        with _shared(cap, shared, who, say, lambda r: _all_taken(cap, *_shared_state(r))):
             yield round(time.monotonic() - started, 3)
         return
     root = Path(root)
@@ -78,6 +78,42 @@ def scrape_slot(cap: int, root: Path, shared: str, source: str, run_id: str, say
         yield round(time.monotonic() - started, 3)
     finally:
         fh.close()
+
+
+@contextlib.contextmanager
+def source_lease(root: Path, shared: str, week: str, source: str, run_id: str, say=None):
+    """One execution of ``source``'s ``week`` at a time, on every host: held by a step from its look for the week's
+    stored rows to its stored outcome (fleet/engine/runner.py). Dagster and Celery can execute a step twice at once:
+    a Celery message redelivered after a broker restart, a rerun of a step whose worker was taken for gone but still
+    scrapes. The second waits here, saying for whom, and then finds the first one's rows stored and reuses them:
+    the source is scraped once. A lock file under ``root/sources`` on one machine (the kernel frees it when its
+    process dies), else a lease in the Redis at ``shared``, renewed while held and free within ``LEASE_S`` of its
+    holder's death."""
+    say = say or (lambda line: None)
+    who, name = _who(source, run_id), f"fleet source {week} {source}"
+
+    def line(holders: list[dict]) -> str:
+        h = holders[0] if holders else {}
+        return (f"another execution of {source} for week {week} is under way (run {h.get('run', '?')}, host "
+                f"{h.get('host', '?')}, pid {h.get('pid', '?')}): waiting for it to end, then using what it stored")
+
+    if shared:
+        with _shared(1, shared, who, say, lambda r: line(_shared_state(r, name)[0]), name=name,
+                     holds="one execution of a source's week at a time"):
+            yield
+        return
+    root = Path(root) / "sources"
+    fh = try_slot(root, name, 1)
+    if fh is None:
+        say(line([h for h in [_held(_host_file(root, name, ".slot0"))] if h]))
+        while (fh := try_slot(root, name, 1)) is None:
+            time.sleep(POLL_S)
+    with fh:
+        fh.seek(0)
+        fh.truncate(0)
+        fh.write(json.dumps(who))
+        fh.flush()
+        yield
 
 
 @contextlib.contextmanager
@@ -138,16 +174,24 @@ def _client(shared: str):
     return redis.Redis.from_url(shared, socket_connect_timeout=3, socket_timeout=5)
 
 
-def _keys() -> tuple[str, str, str]:
-    key = _host_key(NAME)
+def _keys(name: str = NAME) -> tuple[str, str, str]:
+    key = _host_key(name)
     return f"{key}:slots", f"{key}:who", f"{key}:waiting"
 
 
+def _all_taken(cap: int, scraping: list[dict], queued: list[dict]) -> str:
+    return (f"waiting for a scrape slot: all {cap} are scraping ({_names(scraping)}); "
+            f"{max(len(queued) - 1, 0)} other source(s) waiting, on every host (FLEET_MAX_PARALLEL={cap})")
+
+
 @contextlib.contextmanager
-def _shared(cap: int, shared: str, who: dict, say):
+def _shared(cap: int, shared: str, who: dict, say, wait_line, name: str = NAME,
+            holds: str = "the cap on sources scraping at once"):
+    """Hold one of the ``cap`` leases of ``name`` in Redis at ``shared`` for the ``with`` block, renewed while
+    it runs; ``say(wait_line(client))``, once, when the block has to wait for one."""
     from redis.exceptions import RedisError
 
-    r, (slots, names, waiting) = _client(shared), _keys()
+    r, (slots, names, waiting) = _client(shared), _keys(name)
     acquire = r.register_script(ACQUIRE)
     token, said, said_down, down_since, listed = uuid.uuid4().hex, False, False, None, 0.0
     try:
@@ -166,16 +210,13 @@ def _shared(cap: int, shared: str, who: dict, say):
                     r.expire(waiting, 86400)
                 if not said:
                     said = True
-                    scraping, queued = _shared_state(r)
-                    say(f"waiting for a scrape slot: all {cap} are scraping ({_names(scraping)}); "
-                        f"{max(len(queued) - 1, 0)} other source(s) waiting, on every host "
-                        f"(FLEET_MAX_PARALLEL={cap})")
+                    say(wait_line(r))
             except (RedisError, OSError) as exc:
                 down_since = down_since or time.monotonic()
                 if time.monotonic() - down_since > DOWN_S:
                     raise SlotError(f"fleet's scrape slots at {without_credentials(shared)} could not be reached for "
-                                    f"{DOWN_S:g}s ({type(exc).__name__}: {exc}); the cap on sources scraping at once "
-                                    f"cannot hold across hosts without them") from None
+                                    f"{DOWN_S:g}s ({type(exc).__name__}: {exc}); {holds} cannot hold across hosts "
+                                    "without them") from None
                 if not said_down:
                     said_down = True
                     say(f"fleet's scrape slots at {without_credentials(shared)} cannot be reached "
@@ -210,8 +251,8 @@ def _redis_now(r) -> float:
     return sec + usec / 1e6
 
 
-def _shared_state(r) -> tuple[list[dict], list[dict]]:
-    slots, names, waiting = _keys()
+def _shared_state(r, name: str = NAME) -> tuple[list[dict], list[dict]]:
+    slots, names, waiting = _keys(name)
     now = _redis_now(r)
     live = [t.decode() if isinstance(t, bytes) else t for t in r.zrangebyscore(slots, now, "+inf")]
     queued = [t.decode() if isinstance(t, bytes) else t for t in r.zrangebyscore(waiting, now, "+inf")]
