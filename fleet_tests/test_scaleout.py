@@ -328,8 +328,10 @@ def test_a_restart_of_the_broker_or_the_instance_mid_week_commits_the_week_once(
                 mat = rec.dagster_event.event_specific_data.materialization
                 if mat.asset_key.path[0] == "raw" and not mat.metadata["reused"].value:
                     scraped.setdefault(mat.asset_key.path[-1], []).append(run.run_id[:8])
-    assert set(scraped) == {*DEMO, *(f"slow_{i}" for i in range(SLOW))} and all(
-        len(runs) == 1 for runs in scraped.values()), scraped
+    assert set(scraped) == {*DEMO, *(f"slow_{i}" for i in range(SLOW))}, scraped
+    twice = {s: runs for s, runs in scraped.items() if len(runs) > 1}
+    assert not twice, (twice, [(r.run_id[:8], r.tags.get("fleet/kind"), r.status.value)
+                               for r, _ in week_events(instance_of(orchestrator), week)])
     # a Celery worker that the restart ended (kombu's Redis transport can, restoring its unacknowledged messages)
     # was started again by its `fleet worker`
     for h in (a, b):
