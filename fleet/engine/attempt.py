@@ -185,6 +185,9 @@ async def scrape(own: OwnBrowser, spec: dict) -> dict:
             # service, which Chromium outlives), or its "disconnected", or the page's "crash"
             lost = own.lost()
             died = bool(lost) or await _browser_died(browser, gone, exc)
+            if not died:  # a helper killed as the error came: seen gone after the wait for the browser's word
+                lost = own.lost()
+                died = bool(lost)
             crashed = gone.is_set() or not browser.is_connected()  # rather than only lost a helper
             # fleet closes the browser only between sources: a clean close now was the scraper's
             closed_by_scraper = died and not browser.is_connected() and await own.closed_on_request()

@@ -138,10 +138,16 @@ def helpers(group: int | None) -> dict[int, tuple[str, str | None]]:
     return found
 
 
+PF_EXITING = 0x4  # proc(5), field 9 (flags): the kernel's PF_EXITING, set as a process begins to exit
+
+
 def lost(before: dict[int, tuple[str, str | None]]) -> list[str]:
-    """Those of ``before`` (a :func:`helpers`) that are gone now: exited, a zombie, or their pid another process."""
+    """Those of ``before`` (a :func:`helpers`) that are gone now: exiting, exited, a zombie, or their pid another
+    process. A killed helper closes its sockets while it exits, before it is a zombie: the page's error can come
+    in between, and the helper is gone by then (its ``PF_EXITING`` flag, set before the sockets close)."""
     def gone(pid, started):
         fields = stat_fields(pid)
-        return fields is None or fields[0] == "Z" or _start_time(pid) != started
+        return (fields is None or fields[0] in ("Z", "X") or bool(int(fields[6]) & PF_EXITING)
+                or _start_time(pid) != started)
 
     return [f"its {kind} (pid {pid})" for pid, (kind, started) in sorted(before.items()) if gone(pid, started)]
