@@ -79,7 +79,10 @@ def test_a_scrapers_declared_limits_bind_the_others_on_its_domain(scrape_home, t
         first = len(sites.requests)
         assert run(scrape_home, loose)[0].status == "ok"
         starts = sorted(s for p, s, _ in sites.requests[first:] if p == "/books")
-    assert len(starts) == 4 and min(b - a for a, b in zip(starts, starts[1:])) >= 0.45, starts
+    # the sites see each request a little after the scraper's page sent it (more so on a loaded machine): the
+    # spacing is judged over the three gaps, each one allowed that lag. Unbound, the four come within ~0.1 s.
+    gaps = [b - a for a, b in zip(starts, starts[1:])]
+    assert len(starts) == 4 and starts[-1] - starts[0] >= 1.25 and min(gaps) >= 0.25, gaps
 
 
 def test_bad_politeness_settings_are_one_line(monkeypatch, scrape_home):
