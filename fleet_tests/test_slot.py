@@ -303,3 +303,4 @@ def test_two_executions_of_a_sources_week_at_once_scrape_it_once(scrape_home, tm
     assert not any(" attempt in process " in ln for ln in logs["b"].lines), str(logs["b"])
     said = [ln for ln in logs["b"].lines if "another execution of twice for week" in ln]
     assert said and "run a" in said[0] and "waiting for it to end" in said[0], str(logs["b"])
+    assert not list((ws.slots_dir / "sources").glob("*")), "a week's lease left its file behind"

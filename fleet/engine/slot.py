@@ -102,18 +102,34 @@ def source_lease(root: Path, shared: str, week: str, source: str, run_id: str, s
                      holds="one execution of a source's week at a time"):
             yield
         return
-    root = Path(root) / "sources"
-    fh = try_slot(root, name, 1)
-    if fh is None:
-        say(line([h for h in [_held(_host_file(root, name, ".slot0"))] if h]))
-        while (fh := try_slot(root, name, 1)) is None:
+    path = _host_file(Path(root) / "sources", name, ".lock")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    said = False
+    while True:
+        fh = open(path, "a+")
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            fh.close()
+            if not said:
+                said = True
+                say(line([h for h in [_held(path)] if h]))
             time.sleep(POLL_S)
-    with fh:
-        fh.seek(0)
+            continue
+        try:  # the file its holder removed as it let go is no lock: take the one at the path now
+            if os.stat(path).st_ino == os.fstat(fh.fileno()).st_ino:
+                break
+        except FileNotFoundError:
+            pass
+        fh.close()
+    try:
         fh.truncate(0)
         fh.write(json.dumps(who))
         fh.flush()
         yield
+    finally:
+        path.unlink(missing_ok=True)  # before the lock goes: a week's lease leaves no file behind
+        fh.close()
 
 
 @contextlib.contextmanager
