@@ -64,8 +64,9 @@ SOURCE_CHECKS = {
                 "source out of the week's commit).",
     "schema": "The stored columns and types equal the scraper's declared schema (else the quality gate holds the "
               "source out of the week's commit).",
-    "structure": "The aria structure of the regions the scraper reads against the last week's (WARN: the markup "
-                 "moved while rows still come out; fleet/quality/structure.py).",
+    "structure": "The aria structure of the regions the scraper reads, and the page's frame around them (its "
+                 "landmarks and headings), against the last week's (WARN: either moved while rows still come out; "
+                 "fleet/quality/structure.py).",
 }
 SEVERITY = {"ERROR": AssetCheckSeverity.ERROR, "WARN": AssetCheckSeverity.WARN}
 
