@@ -304,3 +304,25 @@ def test_two_executions_of_a_sources_week_at_once_scrape_it_once(scrape_home, tm
     said = [ln for ln in logs["b"].lines if "another execution of twice for week" in ln]
     assert said and "run a" in said[0] and "waiting for it to end" in said[0], str(logs["b"])
     assert not list((ws.slots_dir / "sources").glob("*")), "a week's lease left its file behind"
+
+
+def test_an_unreachable_shared_redis_fails_the_source_as_infra_naming_it(scrape_home, tmp_path, monkeypatch):
+    """The Redis that holds the leases and slots for every host does not answer: after DOWN_S the source fails as
+    infra (re-executed within the crash budget), its error naming the Redis, never scraped without the bounds."""
+    from fleet.config import chromium_path
+    from fleet.engine.runner import run_source
+    from fleet.engine.settings import EngineSettings
+    from fleet.scraping.discovery import discover
+    from fleet.storage.store import LocalArtifactStore
+    from fleet_tests.services import free_port
+
+    monkeypatch.setattr(slot, "DOWN_S", 0.5)
+    d = tmp_path / "sleepy"
+    d.mkdir()
+    (d / "unbound.py").write_text(SLEEPY.format(name="unbound", timeout=60, sleep=0))
+    shared = f"redis://127.0.0.1:{free_port()}/0"
+    ws = EngineSettings.under(scrape_home, chromium=chromium_path(), scrape_cap=2, slots_shared=shared)
+    out = run_source(discover([d])[0], WEEK, store=LocalArtifactStore(scrape_home / "artifacts"), run_id="t",
+                     settings=ws)
+    assert (out.status, out.category) == ("failed", "infra"), out
+    assert f"127.0.0.1:{shared.split(':')[2]}" in out.error and "could not be reached" in out.error, out.error

@@ -44,63 +44,71 @@ def run_source(source: Source, week: str, *, store: ArtifactStore, run_id: str, 
     lease = (slot.source_lease(settings.slots_dir, settings.slots_shared, week, source.name, run_id,
                                say=lambda line: log_line(f"{prefix} {line}"))
              if trial is None else contextlib.nullcontext())
-    with lease:
-        latest = keys.read_outcome(store, week, source.name) or {}
-        previous = keys.stored_complete(store, week, source.name, deep=deep)
-        # a corrupt object in the store (a garbled outcome, a truncated parquet) is named and never reused: scraped
-        # again
-        problem = latest.get("corrupt") and latest["error"] or (previous and keys.rows_problem(store, week, previous))
-        if problem:
-            (log.warning if log else log_line)(f"{prefix} {problem}; scraping the source again")
-            previous = None
-        if not refresh and previous is not None:
-            out = Outcome(**{**previous, "reused": True, "run_id": run_id})
-            log_line(f"{prefix} week {week} already scraped ({out.rows} rows); reusing the stored artifact")
-            return out
+    try:
+        with lease:
+            return _run_source(source, week, store, run_id, settings, deep, timeout_s, retry, refresh, reexecution,
+                               forced, log, trial, judge_trace)
+    except slot.SlotError as exc:  # the lease's or the cap's Redis cannot be reached: infra
+        log_line(f"{prefix} {exc}")
+        return outcome.failed(store, source.name, week, run_id, f"source {source.name}: {exc}", "infra")
 
-        spool = keys.spool_key(source.name)
-        if refresh and not reexecution:
-            log_line(f"{prefix} refresh: clearing this week's checkpoint and spooled rows")
-            for key in store.list(week, spool):
-                store.delete(week, key)
-            for p in store.workdir(week, spool).iterdir():
-                p.unlink()
-        work = store.sync_down(week, spool)
-        outcome.clear_evidence(store.local_dir(week, keys.evidence_key(source.name)))
-        if source.broken:
-            return outcome.failed(store, source.name, week, run_id, source.error, "source")
 
-        # the run's own settings (RawConfig, from the UI or a schedule): refused before an attempt process is taken
+def _run_source(source: Source, week: str, store: ArtifactStore, run_id: str, settings: EngineSettings, deep: bool,
+                timeout_s: float | None, retry: dict | None, refresh: bool, reexecution: bool, forced: str | None, log,
+                trial: Trial | None, judge_trace: bool) -> Outcome:
+    """:func:`run_source` under its lease."""
+    log_line = (log.info if log else (lambda *a: None))
+    prefix = f"[run {run_id}] [{source.name}]"
+    latest = keys.read_outcome(store, week, source.name) or {}
+    previous = keys.stored_complete(store, week, source.name, deep=deep)
+    # a corrupt object in the store (a garbled outcome, a truncated parquet) is named and never reused: scraped again
+    problem = latest.get("corrupt") and latest["error"] or (previous and keys.rows_problem(store, week, previous))
+    if problem:
+        (log.warning if log else log_line)(f"{prefix} {problem}; scraping the source again")
+        previous = None
+    if not refresh and previous is not None:
+        out = Outcome(**{**previous, "reused": True, "run_id": run_id})
+        log_line(f"{prefix} week {week} already scraped ({out.rows} rows); reusing the stored artifact")
+        return out
+
+    spool = keys.spool_key(source.name)
+    if refresh and not reexecution:
+        log_line(f"{prefix} refresh: clearing this week's checkpoint and spooled rows")
+        for key in store.list(week, spool):
+            store.delete(week, key)
+        for p in store.workdir(week, spool).iterdir():
+            p.unlink()
+    work = store.sync_down(week, spool)
+    outcome.clear_evidence(store.local_dir(week, keys.evidence_key(source.name)))
+    if source.broken:
+        return outcome.failed(store, source.name, week, run_id, source.error, "source")
+
+    try:  # the run's own settings (RawConfig, from the UI or a schedule): refused before an attempt process is taken
+        timeout = (check_seconds(source.name, "timeout_s (run config)", timeout_s) if timeout_s is not None
+                   else float(source.timeout_s))
+        RetryPolicy(**(retry or {}))
+    except (ScraperDefinitionError, ValueError, TypeError) as exc:
+        msg = str(exc) if isinstance(exc, ScraperDefinitionError) else f"source {source.name}: {exc}"
+        return outcome.failed(store, source.name, week, run_id, msg, "source")
+
+    attempt = new_attempt(source, week, store=store, run_id=run_id, deep=deep, timeout=timeout, retry=retry,
+                          settings=settings, trial=trial, judge_trace=judge_trace)
+    warm = settings.browser_hosts == "warm" and not (source.own_process or source.own_browser)
+    # fleet's cap on sources scraping at once, held from the lease to the stored outcome (fleet/engine/slot.py);
+    # the source's hard limit starts after it
+    held = (slot.scrape_slot(settings.scrape_cap, settings.slots_dir, settings.slots_shared, source.name, run_id,
+                             say=lambda line: log_line(f"{prefix} {line}"))
+            if settings.scrape_cap else contextlib.nullcontext(0.0))
+    with held as waited:
         try:
-            timeout = (check_seconds(source.name, "timeout_s (run config)", timeout_s) if timeout_s is not None
-                       else float(source.timeout_s))
-            RetryPolicy(**(retry or {}))
-        except (ScraperDefinitionError, ValueError, TypeError) as exc:
-            msg = str(exc) if isinstance(exc, ScraperDefinitionError) else f"source {source.name}: {exc}"
-            return outcome.failed(store, source.name, week, run_id, msg, "source")
-
-        attempt = new_attempt(source, week, store=store, run_id=run_id, deep=deep, timeout=timeout, retry=retry,
-                              settings=settings, trial=trial, judge_trace=judge_trace)
-        warm = settings.browser_hosts == "warm" and not (source.own_process or source.own_browser)
-        # fleet's cap on sources scraping at once, held from the lease to the stored outcome (fleet/engine/slot.py);
-        # the source's hard limit starts after it
-        held = (slot.scrape_slot(settings.scrape_cap, settings.slots_dir, settings.slots_shared, source.name, run_id,
-                                 say=lambda line: log_line(f"{prefix} {line}"))
-                if settings.scrape_cap else contextlib.nullcontext(0.0))
-        try:
-            with held as waited:
-                try:
-                    proc, how = supervise.start(attempt, settings, warm)
-                except pool.HostStartError as exc:
-                    result = {"status": "failed", "category": "infra", "error": f"source {source.name}: {exc}"}
-                    log_line(f"{prefix} {result['error']}")
-                    return outcome.finish(source, week, store, run_id, attempt.id, deep, work, result, 0.0, forced)
-                if waited:
-                    how += f"; waited {waited:g}s for a scrape slot"
-                seen = supervise.supervise(proc, attempt, how=how, timeout=timeout, startup_s=settings.startup_s,
-                                           log_line=log_line, prefix=prefix)
-                result = outcome.classify(source, attempt, seen, timeout=timeout, startup_s=settings.startup_s)
-                return outcome.finish(source, week, store, run_id, attempt.id, deep, work, result, seen.seconds, forced)
-        except slot.SlotError as exc:
-            log_line(f"{prefix} {exc}")
-            return outcome.failed(store, source.name, week, run_id, f"source {source.name}: {exc}", "infra")
+            proc, how = supervise.start(attempt, settings, warm)
+        except pool.HostStartError as exc:
+            result = {"status": "failed", "category": "infra", "error": f"source {source.name}: {exc}"}
+            log_line(f"{prefix} {result['error']}")
+            return outcome.finish(source, week, store, run_id, attempt.id, deep, work, result, 0.0, forced)
+        if waited:
+            how += f"; waited {waited:g}s for a scrape slot"
+        seen = supervise.supervise(proc, attempt, how=how, timeout=timeout, startup_s=settings.startup_s,
+                                   log_line=log_line, prefix=prefix)
+        result = outcome.classify(source, attempt, seen, timeout=timeout, startup_s=settings.startup_s)
+        return outcome.finish(source, week, store, run_id, attempt.id, deep, work, result, seen.seconds, forced)
