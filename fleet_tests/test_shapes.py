@@ -132,6 +132,9 @@ def test_sources_of_every_shape_each_keep_their_own_types_through_both_commits(f
             in log(fleet_env.remote, "main")[1]["message"])  # the raw commit names the commit that wrote its file
     table = res.stdout.split("commit raw")[0]
     assert "widgets" in table and "gizmos" not in table, table  # the table shows only the sources this run knows
+    changes_md = read_blob(fleet_env.remote, f"main:data/{WEEK}/CHANGES.md").decode()
+    assert "| widgets | 2 |" in changes_md and "| gizmos | 2 |" in changes_md, changes_md  # gizmos's line is kept
+    assert changes_md.count("kept from an earlier run of this week") == 2, changes_md  # in the raw and processed tables
 
     # only the operator's drop removes a source's files, in a commit that says so
     res = run_fleet({**env, "FLEET_SCRAPERS_DIR": str(narrow)}, "commit", "--week", WEEK, "--drop", "gizmos")
@@ -139,6 +142,7 @@ def test_sources_of_every_shape_each_keep_their_own_types_through_both_commits(f
     assert f"week folder {WEEK}/: 0 source(s) added, 1 written again, 0 kept as committed, not in this run; 1 dropped: gizmos" in res.stdout
     assert sorted(committed_sources(fleet_env.remote, WEEK)) == sorted(committed_sources(fleet_env.remote, WEEK, "processed")) == ["widgets"]
     assert "dropped by the operator" in log(fleet_env.remote)[0]["message"]
+    assert "gizmos" not in read_blob(fleet_env.remote, f"main:data/{WEEK}/CHANGES.md").decode()
 
     # fleet show reads a source's committed rows back, in each format
     shown = run_fleet(env, "show", "widgets", "--week", WEEK, "--format", "csv")

@@ -90,14 +90,18 @@ def compare(prev: pl.DataFrame, cur: pl.DataFrame, key: list[str] | None) -> dic
     return out
 
 
-def summarise(store: ArtifactStore, week: str, stage: str) -> dict:
+def summarise(store: ArtifactStore, week: str, stage: str, drop=()) -> dict:
     """The stage's change summary for ``week`` (stored at ``changes/<stage>.json``): the previous committed week and,
     per source this week, its figures against that week's file of the same source; a source new this week has no
-    previous rows. Sources the previous week had and this week's files do not are listed under ``absent`` (they
-    may still be on main: a narrower run keeps them; fleet/publish/week.py)."""
+    previous rows. A source an earlier run of this week summarised and this run does not (a narrower run, which
+    keeps its committed file: fleet/publish/week.py) keeps its figures, under ``kept``, unless ``drop`` names it.
+    Sources the previous week had and this week has not are listed under ``absent``."""
+    earlier = store.read_json(week, changes_key(stage)) or {}
     previous = previous_committed_week(store, week, stage)
     cur = layout.frames(store, week, stage) or {}
     prev = (layout.frames(store, previous, stage) or {}) if previous else {}
+    kept = {name: f for name, f in {**(earlier.get("kept") or {}), **(earlier.get("sources") or {})}.items()
+            if name not in cur and name not in drop}
     source_keys = _source_keys(store, week, cur)
     sources = {}
     for name, lf in cur.items():
@@ -107,8 +111,8 @@ def summarise(store: ArtifactStore, week: str, stage: str) -> dict:
                              "changed": 0, "columns_added": [], "columns_removed": [], "columns_retyped": {}}
             continue
         sources[name] = compare(prev[name].collect(), now, source_keys.get(name))
-    summary = {"week": week, "stage": stage, "previous_week": previous, "sources": sources,
-               "absent": sorted(set(prev) - set(cur))}
+    summary = {"week": week, "stage": stage, "previous_week": previous, "sources": sources, "kept": kept,
+               "absent": sorted(set(prev) - set(cur) - set(kept))}
     store.write_json(week, changes_key(stage), summary)
     return summary
 
@@ -143,19 +147,24 @@ def render(week: str, summaries: list[dict]) -> str:
                   "Rows added, removed and changed by each source's natural key, from the stored files.", "",
                   "| source | rows | previous | added | removed | changed | columns |",
                   "|---|---:|---:|---:|---:|---:|---|"]
-        for name, f in sorted(s["sources"].items()):
+        # a source kept from an earlier run of the week (a narrower run since): its file and figures are unchanged
+        rows = ([(name, f, False) for name, f in s["sources"].items()]
+                + [(name, f, True) for name, f in (s.get("kept") or {}).items()])
+        for name, f, kept in sorted(rows, key=lambda r: r[0]):
             cols = ", ".join([f"+{c}" for c in f.get("columns_added", [])] + [f"-{c}" for c in f.get("columns_removed", [])]
-                             + [f"{c}: {t}" for c, t in sorted((f.get("columns_retyped") or {}).items())])
+                             + [f"{c}: {t}" for c, t in sorted((f.get("columns_retyped") or {}).items())]
+                             + (["kept from an earlier run of this week"] if kept else []))
             prev_rows = "-" if f.get("previous_rows") is None else f["previous_rows"]
             lines.append(f"| {name} | {f['rows']} | {prev_rows} | {f['added']} | {f['removed']} | {f['changed']} | {cols} |")
         lines.append("")
     return "\n".join(lines)
 
 
-def for_commit(store: ArtifactStore, week: str, stage: str) -> tuple[list[str], str]:
-    """(message lines, store key of ``CHANGES.md``) for ``stage``'s commit of ``week``. The file holds the raw
-    stage's table and, from the processed commit on, the processed one's too."""
-    summary = summarise(store, week, stage)
+def for_commit(store: ArtifactStore, week: str, stage: str, drop=()) -> tuple[list[str], str]:
+    """(message lines, store key of ``CHANGES.md``) for ``stage``'s commit of ``week``, which removes the sources
+    ``drop`` names. The file holds the raw stage's table and, from the processed commit on, the processed one's
+    too."""
+    summary = summarise(store, week, stage, drop)
     stages = ["raw", "processed"] if stage == "processed" else ["raw"]
     tables = [summary if st == stage else store.read_json(week, changes_key(st)) for st in stages]
     store.write_bytes(week, MD_KEY, render(week, [t for t in tables if t]).encode())

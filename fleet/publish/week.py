@@ -39,7 +39,7 @@ def commit_stage(repo: DataRepo, store: ArtifactStore, week: str, stage: str, *,
     artifacts = {layout.repo_path(week, stage, name): store.local_copy(week, listed[name]) for name in sorted(ours)}
     summary = store.read_json(week, keys.CONSOLIDATED_META_KEY, {}) or {}
     subject, body = message.for_week(week, stage, run_id, summary)
-    change_lines, changes_md = changes.for_commit(store, week, stage)
+    change_lines, changes_md = changes.for_commit(store, week, stage, drop)
     artifacts[f"{week}/CHANGES.md"] = store.local_copy(week, changes_md)
 
     def message_body(on_branch: dict[str, str]) -> str:
