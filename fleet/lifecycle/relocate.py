@@ -8,64 +8,21 @@ from __future__ import annotations
 import json
 import math
 
+from fleet.lifecycle.repair import ROWS_JS
 from fleet.scraping import chains
 
 ROW_MARK, CELL_MARK, EXTRA_MARK = "data-fleet-doctor-row", "data-fleet-doctor-cell", "data-fleet-doctor-extra"
 MAX_ROWS = 300              # rows counted and read on one page: enough to tell a broken locator from a working one
 READ_TIMEOUT_MS = 2_000
 
-# On today's page: each old row's values found as one element each (text: the deepest element showing it; an
-# attribute's or an input's value: the element holding it); a row is the lowest common ancestor of its unambiguous
-# values; rows and their cells are marked, and what they have in common is described for the candidates.
+# On today's page: last week's rows (fleet/lifecycle/repair.py ROWS_JS); rows and their cells are marked, and what
+# they have in common is described for the candidates.
 FIND_JS = """({rows, fields, minShare, marks}) => {
   const [ROW, CELL] = marks;
-  for (const e of document.querySelectorAll(`[${ROW}],[${CELL}]`)) { e.removeAttribute(ROW); e.removeAttribute(CELL); }
-  const norm = s => String(s ?? '').replace(/\\s+/g, ' ').trim();
-  const skip = new Set(['SCRIPT', 'STYLE', 'NOSCRIPT', 'TEMPLATE', 'HEAD']);
-  const all = Array.from(document.body.querySelectorAll('*')).filter(e => !skip.has(e.tagName));
-  const index = new Map(), numbers = new Map();
-  const add = (map, k, el) => { if (!map.has(k)) map.set(k, []); map.get(k).push(el); };
-  for (const el of all) {
-    const t = norm(el.textContent);
-    if (!t || t.length > 300 || Array.from(el.children).some(c => norm(c.textContent) === t)) continue;
-    add(index, t, el);
-    const n = t.length < 40 && /\\d/.test(t) ? Number(t.replace(/[^0-9.\\-]/g, '')) : NaN;
-    if (Number.isFinite(n)) add(numbers, String(n), el);
-  }
-  const lookup = (f, v) => {
-    if (v === null || v === undefined || norm(v) === '') return [];
-    if (f.read === 'get_attribute') return all.filter(e => e.getAttribute(f.attribute) === String(v));
-    if (f.read === 'input_value') return all.filter(e => 'value' in e && ['INPUT', 'TEXTAREA', 'SELECT'].includes(e.tagName) && e.value === String(v));
-    return typeof v === 'number' ? (numbers.get(String(v)) || []) : (index.get(norm(v)) || []);
-  };
-  const lca = els => { let a = els[0]; while (a && !els.every(e => a.contains(e))) a = a.parentElement; return a; };
-  let found = [];
-  for (const r of rows) {
-    const unique = {}, several = {};
-    for (const f of fields) {
-      const c = lookup(f, r[f.name]);
-      if (c.length === 1) unique[f.name] = c[0]; else if (c.length > 1) several[f.name] = c;
-    }
-    const n = Object.keys(unique).length;
-    if (n < Math.min(2, fields.length)) continue;
-    const row = n === 1 ? Object.values(unique)[0].parentElement : lca(Object.values(unique));
-    if (!row || row === document.body || row === document.documentElement) continue;
-    const cells = {...unique};
-    for (const [f, c] of Object.entries(several)) {
-      const inside = c.filter(e => row.contains(e));
-      if (inside.length === 1) cells[f] = inside[0];
-    }
-    found.push({row, cells});
-  }
-  found = found.filter(a => !found.some(b => b !== a && a.row.contains(b.row)));
-  const tags = {};
-  for (const a of found) tags[a.row.tagName] = (tags[a.row.tagName] || 0) + 1;
-  const tag = Object.keys(tags).sort((x, y) => tags[y] - tags[x] || (x < y ? -1 : 1))[0];
-  found = found.filter(a => a.row.tagName === tag && found.filter(b => b.row === a.row).length === 1);
-  const need = Math.max(1, Math.ceil(rows.length * minShare));
-  if (found.length < need)
-    return {error: `${found.length} of ${rows.length} of last week's rows found on today's page (${need} needed)`,
-            found: found.length};
+  for (const e of document.querySelectorAll(`[${ROW}],[${CELL}]`)) { e.removeAttribute(ROW); e.removeAttribute(CELL); }""" + ROWS_JS + """
+  const got = findRows(rows, fields, minShare);
+  if (got.error) return got;
+  const {found} = got;
   found.forEach((a, i) => {
     a.row.setAttribute(ROW, String(i));
     for (const [f, el] of Object.entries(a.cells)) el.setAttribute(CELL, `${i}:${f}`);

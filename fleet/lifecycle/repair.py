@@ -15,52 +15,72 @@ OLD_VALUES_JS = """(rows, fields) => rows.map(r => Object.fromEntries(fields.map
   return [f, el ? el.textContent.replace(/\\s+/g, ' ').trim() : null];
 })))"""
 
-# On today's page: each old row's values found as the text of one element (the deepest holding it); a row is the
-# lowest common ancestor of its unambiguous values (at least two); then, for the rows found, the simplest selector
-# of each field relative to its row, and of the rows themselves, that select exactly those elements.
-PROPOSE_JS = """({rows, fields, minShare, oldRow, oldFields}) => {
+# The rows both doctors look for (fleet/lifecycle/relocate.py for locator chains): on today's page, each of last
+# week's values found as one element (text: the deepest element showing it; an attribute's or an input's value: the
+# element holding it); a row is the lowest common ancestor of its unambiguous values (the one value's parent when
+# the row has one field); a row element holds one row, and the rows found share the commonest tag. ``findRows``
+# returns {found: [{row, cells}], tag} or, with fewer than ``minShare`` of the rows found, {error, found}.
+ROWS_JS = """
   const norm = s => String(s ?? '').replace(/\\s+/g, ' ').trim();
-  const skip = new Set(['SCRIPT', 'STYLE', 'NOSCRIPT', 'TEMPLATE', 'HEAD']);
-  // a value as the page shows it; a number (a stored row's, already parsed) as the number its text holds
-  const index = new Map(), numbers = new Map();
-  const add = (map, k, el) => { if (!map.has(k)) map.set(k, []); map.get(k).push(el); };
-  for (const el of document.body.querySelectorAll('*')) {
-    if (skip.has(el.tagName)) continue;
-    const t = norm(el.textContent);
-    if (!t || t.length > 300 || Array.from(el.children).some(c => norm(c.textContent) === t)) continue;
-    add(index, t, el);
-    const n = t.length < 40 && /\\d/.test(t) ? Number(t.replace(/[^0-9.\\-]/g, '')) : NaN;
-    if (Number.isFinite(n)) add(numbers, String(n), el);
-  }
-  const lookup = v => typeof v === 'number' ? (numbers.get(String(v)) || []) : (norm(v) ? (index.get(norm(v)) || []) : []);
-  const lca = els => { let a = els[0]; while (a && !els.every(e => a.contains(e))) a = a.parentElement; return a; };
-  let found = [];
-  for (const r of rows) {
-    const unique = {}, several = {};
-    for (const f of fields) {
-      const c = lookup(r[f]);
-      if (c.length === 1) unique[f] = c[0]; else if (c.length > 1) several[f] = c;
+  const findRows = (rows, fields, minShare) => {
+    const skip = new Set(['SCRIPT', 'STYLE', 'NOSCRIPT', 'TEMPLATE', 'HEAD']);
+    const all = Array.from(document.body.querySelectorAll('*')).filter(e => !skip.has(e.tagName));
+    // a value as the page shows it; a number (a stored row's, already parsed) as the number its text holds
+    const index = new Map(), numbers = new Map();
+    const add = (map, k, el) => { if (!map.has(k)) map.set(k, []); map.get(k).push(el); };
+    for (const el of all) {
+      const t = norm(el.textContent);
+      if (!t || t.length > 300 || Array.from(el.children).some(c => norm(c.textContent) === t)) continue;
+      add(index, t, el);
+      const n = t.length < 40 && /\\d/.test(t) ? Number(t.replace(/[^0-9.\\-]/g, '')) : NaN;
+      if (Number.isFinite(n)) add(numbers, String(n), el);
     }
-    if (Object.keys(unique).length < 2) continue;
-    const row = lca(Object.values(unique));
-    if (!row || row === document.body || row === document.documentElement) continue;
-    const cells = {...unique};
-    for (const [f, c] of Object.entries(several)) {
-      const inside = c.filter(e => row.contains(e));
-      if (inside.length === 1) cells[f] = inside[0];
+    const lookup = (f, v) => {
+      if (v === null || v === undefined || norm(v) === '') return [];
+      if (f.read === 'get_attribute') return all.filter(e => e.getAttribute(f.attribute) === String(v));
+      if (f.read === 'input_value')
+        return all.filter(e => 'value' in e && ['INPUT', 'TEXTAREA', 'SELECT'].includes(e.tagName) && e.value === String(v));
+      return typeof v === 'number' ? (numbers.get(String(v)) || []) : (index.get(norm(v)) || []);
+    };
+    const lca = els => { let a = els[0]; while (a && !els.every(e => a.contains(e))) a = a.parentElement; return a; };
+    let found = [];
+    for (const r of rows) {
+      const unique = {}, several = {};
+      for (const f of fields) {
+        const c = lookup(f, r[f.name]);
+        if (c.length === 1) unique[f.name] = c[0]; else if (c.length > 1) several[f.name] = c;
+      }
+      const n = Object.keys(unique).length;
+      if (n < Math.min(2, fields.length)) continue;
+      const row = n === 1 ? Object.values(unique)[0].parentElement : lca(Object.values(unique));
+      if (!row || row === document.body || row === document.documentElement) continue;
+      const cells = {...unique};
+      for (const [f, c] of Object.entries(several)) {
+        const inside = c.filter(e => row.contains(e));
+        if (inside.length === 1) cells[f] = inside[0];
+      }
+      found.push({row, cells});
     }
-    found.push({row, cells});
-  }
-  // a row element holds one row: drop those that hold another's, or that another row also landed on
-  found = found.filter(a => !found.some(b => b !== a && (a.row.contains(b.row))));
-  const tags = {};
-  for (const a of found) tags[a.row.tagName] = (tags[a.row.tagName] || 0) + 1;
-  const tag = Object.keys(tags).sort((x, y) => tags[y] - tags[x] || (x < y ? -1 : 1))[0];
-  found = found.filter(a => a.row.tagName === tag);
-  const need = Math.max(1, Math.ceil(rows.length * minShare));
-  if (found.length < need)
-    return {error: `${found.length} of ${rows.length} of last week's rows found on today's page (${need} needed)`,
-            found: found.length};
+    // a row element holds one row: drop those that hold another's, or that another row also landed on
+    found = found.filter(a => !found.some(b => b !== a && a.row.contains(b.row)));
+    const tags = {};
+    for (const a of found) tags[a.row.tagName] = (tags[a.row.tagName] || 0) + 1;
+    const tag = Object.keys(tags).sort((x, y) => tags[y] - tags[x] || (x < y ? -1 : 1))[0];
+    found = found.filter(a => a.row.tagName === tag);
+    const need = Math.max(1, Math.ceil(rows.length * minShare));
+    if (found.length < need)
+      return {error: `${found.length} of ${rows.length} of last week's rows found on today's page (${need} needed)`,
+              found: found.length};
+    return {found, tag};
+  };
+"""
+
+# On today's page: last week's rows (ROWS_JS); then, for the rows found, the simplest selector of each field
+# relative to its row, and of the rows themselves, that select exactly those elements.
+PROPOSE_JS = """({rows, fields, minShare, oldRow, oldFields}) => {""" + ROWS_JS + """
+  const got = findRows(rows, fields.map(name => ({name})), minShare);
+  if (got.error) return got;
+  const {found, tag} = got;
   const esc = CSS.escape, q = v => JSON.stringify(v);
   const common = els => els.map(e => Array.from(e.classList)).reduce((a, b) => a.filter(x => b.includes(x)));
   const attrs = els => Array.from(els[0].attributes).filter(a => !['id', 'class', 'style'].includes(a.name)
