@@ -27,6 +27,7 @@ class Sampler(threading.Thread):
         super().__init__(daemon=True)
         self.root, self.home, self.needles = root, f"FLEET_HOME={home}".encode(), needles
         self.seen: dict[tuple[int, bytes], set[str]] = {}
+        self.samples: dict[tuple[int, bytes], int] = {}  # how many samples saw each
         self.stop = threading.Event()
 
     def run(self):
@@ -51,14 +52,15 @@ class Sampler(threading.Thread):
                     continue
                 blob = b"\0".join(env)
                 self.seen.setdefault((pid, cmd), set()).update(n for n, v in self.needles.items() if v in blob)
+                self.samples[(pid, cmd)] = self.samples.get((pid, cmd), 0) + 1
             time.sleep(0.05)
 
 
 def test_the_token_is_in_no_process_of_a_week_and_attempts_and_git_get_no_store_credentials(fleet_env):
     token, aws = f"tok-{uuid.uuid4().hex}", f"aws-{uuid.uuid4().hex}"
     env = {**fleet_env.env, "FLEET_GIT_TOKEN": token, "AWS_SECRET_ACCESS_KEY": aws}
-    proc = subprocess.Popen([sys.executable, "-m", "fleet.cli", "demo", "--week", WEEK, "--force", "--source", "books"],
-                            env=env, cwd=fleet_env.home, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    args = [sys.executable, "-m", "fleet.cli", "demo", "--week", WEEK, "--force", "--source", "books"]
+    proc = subprocess.Popen(args, env=env, cwd=fleet_env.home, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     sampler = Sampler(proc.pid, str(fleet_env.home), {"token": token.encode(), "aws": aws.encode(),
                                                       "token_file": b"FLEET_GIT_TOKEN_FILE=/"})
     sampler.start()
@@ -71,7 +73,14 @@ def test_the_token_is_in_no_process_of_a_week_and_attempts_and_git_get_no_store_
     steps = [cmd for (_, cmd), found in seen.items() if b"multiprocessing" in cmd or b"dagster" in cmd]
     attempt_side = [(cmd, found) for (_, cmd), found in seen.items() if any(m in cmd for m in ATTEMPT_SIDE)]
     assert steps and attempt_side, [cmd for _, cmd in seen]  # the sampler saw the steps and the browser's side
-    assert not [cmd for (_, cmd), found in seen.items() if "token" in found], "the token is in a process's environment"
+    # A child the command forks to run a program (git, the forkserver) is, until its exec, a copy of the command with
+    # its environment as given: a sample can land in that window on a loaded machine. Such a copy then runs the
+    # program (the same pid, another command line) or is gone within a sample or two; a copy that lives on is one.
+    execd = {pid for (pid, cmd) in seen for (other, cmd2) in seen if other == pid and cmd2 != cmd}
+    copies = {(pid, cmd) for (pid, cmd) in seen if cmd == b" ".join(map(os.fsencode, args)) + b" "}
+    held = [cmd for (pid, cmd), found in seen.items() if "token" in found
+            and not ((pid, cmd) in copies and (pid in execd or sampler.samples[(pid, cmd)] <= 3))]
+    assert not held, ("the token is in a process's environment", held)
     # the step processes have the store's credentials (the sampler reads what it should) and the token's file
     assert all({"aws", "token_file"} <= found for (_, cmd), found in seen.items() if cmd in steps), seen
     assert not [cmd for cmd, found in attempt_side if found & {"aws", "token_file"}], attempt_side
