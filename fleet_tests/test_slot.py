@@ -262,11 +262,12 @@ def test_status_never_takes_a_waiter_being_registered_for_a_dead_one(tmp_path):
     assert slot.now(tmp_path, "")[1] == []
 
 
-@pytest.mark.parametrize("where", ["files", "redis"])
-def test_two_executions_of_a_sources_week_at_once_scrape_it_once(scrape_home, tmp_path, redis_url, where):
+@pytest.mark.parametrize("where,refresh", [("files", False), ("redis", False), ("files", True)])
+def test_two_executions_of_a_sources_week_at_once_scrape_it_once(scrape_home, tmp_path, redis_url, where, refresh):
     """The same source's week executed twice at once (a Celery message redelivered after a broker restart, a rerun
     of a step taken for gone that still scrapes): the second waits for the first, saying for whom, then reuses the
-    rows it stored. The source is scraped once; both executions end ok with the same rows."""
+    rows it stored. The source is scraped once; both executions end ok with the same rows. A ``refresh`` request
+    too: what the first stored while the second waited was scraped for it."""
     from fleet.config import chromium_path
     from fleet.engine.runner import run_source
     from fleet.engine.settings import EngineSettings
@@ -287,7 +288,8 @@ def test_two_executions_of_a_sources_week_at_once_scrape_it_once(scrape_home, tm
     store, outs, logs = LocalArtifactStore(scrape_home / "artifacts"), {}, {"a": Lines(), "b": Lines()}
 
     def run(run_id):
-        outs[run_id] = run_source(source, WEEK, store=store, run_id=run_id, settings=ws, log=logs[run_id])
+        outs[run_id] = run_source(source, WEEK, store=store, run_id=run_id, settings=ws, log=logs[run_id],
+                                  refresh=refresh)
 
     first = threading.Thread(target=run, args=("a",))
     first.start()
@@ -304,6 +306,8 @@ def test_two_executions_of_a_sources_week_at_once_scrape_it_once(scrape_home, tm
     said = [ln for ln in logs["b"].lines if "another execution of twice for week" in ln]
     assert said and "run a" in said[0] and "waiting for it to end" in said[0], str(logs["b"])
     assert not list((ws.slots_dir / "sources").glob("*")), "a week's lease left its file behind"
+    if refresh:  # a later refresh, with nobody to wait for, scrapes again
+        assert not run_source(source, WEEK, store=store, run_id="c", settings=ws, refresh=True).reused
 
 
 def test_an_unreachable_shared_redis_fails_the_source_as_infra_naming_it(scrape_home, tmp_path, monkeypatch):

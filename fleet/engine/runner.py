@@ -44,10 +44,13 @@ def run_source(source: Source, week: str, *, store: ArtifactStore, run_id: str, 
     lease = (slot.source_lease(settings.slots_dir, settings.slots_shared, week, source.name, run_id,
                                say=lambda line: log_line(f"{prefix} {line}"))
              if trial is None else contextlib.nullcontext())
+    # the stored attempt before the lease: one stored while this waited was made for this same request, and answers
+    # a ``refresh`` too
+    before = (keys.read_outcome(store, week, source.name) or {}).get("attempt")
     try:
         with lease:
             return _run_source(source, week, store, run_id, settings, deep, timeout_s, retry, refresh, reexecution,
-                               forced, log, trial, judge_trace)
+                               forced, log, trial, judge_trace, before)
     except slot.SlotError as exc:  # the lease's or the cap's Redis cannot be reached: infra
         log_line(f"{prefix} {exc}")
         return outcome.failed(store, source.name, week, run_id, f"source {source.name}: {exc}", "infra")
@@ -55,8 +58,8 @@ def run_source(source: Source, week: str, *, store: ArtifactStore, run_id: str, 
 
 def _run_source(source: Source, week: str, store: ArtifactStore, run_id: str, settings: EngineSettings, deep: bool,
                 timeout_s: float | None, retry: dict | None, refresh: bool, reexecution: bool, forced: str | None, log,
-                trial: Trial | None, judge_trace: bool) -> Outcome:
-    """:func:`run_source` under its lease."""
+                trial: Trial | None, judge_trace: bool, before: str | None = None) -> Outcome:
+    """:func:`run_source` under its lease; ``before``: the stored attempt when it was asked for."""
     log_line = (log.info if log else (lambda *a: None))
     prefix = f"[run {run_id}] [{source.name}]"
     latest = keys.read_outcome(store, week, source.name) or {}
@@ -66,9 +69,10 @@ def _run_source(source: Source, week: str, store: ArtifactStore, run_id: str, se
     if problem:
         (log.warning if log else log_line)(f"{prefix} {problem}; scraping the source again")
         previous = None
-    if not refresh and previous is not None:
+    if previous is not None and (not refresh or previous.get("attempt") != before):
         out = Outcome(**{**previous, "reused": True, "run_id": run_id})
-        log_line(f"{prefix} week {week} already scraped ({out.rows} rows); reusing the stored artifact")
+        log_line(f"{prefix} week {week} already scraped ({out.rows} rows"
+                 f"{'' if not refresh else ', by the execution this one waited for'}); reusing the stored artifact")
         return out
 
     spool = keys.spool_key(source.name)
