@@ -18,9 +18,12 @@ import fcntl
 import json
 import os
 import socket
+import time
 from pathlib import Path
 
 from fleet.errors import FleetError
+
+HOLDER_WAIT_S = 1.0  # how long a refused command waits for the week lock's holder to write who it is
 
 # Dagster and what reads its records are imported where used: importing them takes ~2 s of a core, and
 # :func:`hold_week` refuses a second command of a week before that.
@@ -99,19 +102,38 @@ def hold_week(home: Path, week: str):
         try:
             fcntl.lockf(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
-            fh.seek(0)
-            raise FleetError(_held(week, fh.read())) from None
+            # the first may hold the lock and not have written who it is yet: give it a moment to, so the refusal
+            # names it
+            deadline = time.monotonic() + HOLDER_WAIT_S
+            while True:
+                fh.seek(0)
+                said = fh.read()
+                if _holder(said) or time.monotonic() > deadline:
+                    raise FleetError(_held(week, said)) from None
+                time.sleep(0.05)
         fh.truncate(0)
         fh.write(json.dumps({"pid": os.getpid(), "host": socket.gethostname(),
                              "since": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")}))
         fh.flush()
-        yield
+        try:
+            yield
+        finally:
+            fh.truncate(0)  # while still held: the next refused command never reads a finished holder's name
+
+
+def _holder(said: str) -> str:
+    """`` (pid P on host H, since T)`` from a week lock's text, or "" while its holder has not written it (the
+    text is empty, or names a process that is gone: one killed before it could clear it)."""
+    try:
+        who = json.loads(said)
+        os.kill(int(who["pid"]), 0)
+        return f" (pid {who['pid']} on host {who['host']}, since {who['since']})"
+    except (ValueError, KeyError, TypeError, ProcessLookupError):
+        return ""
+    except PermissionError:  # alive, another user's
+        return f" (pid {who['pid']} on host {who['host']}, since {who['since']})"
 
 
 def _held(week: str, said: str) -> str:
-    try:
-        who = json.loads(said)
-        where = f" (pid {who['pid']} on host {who['host']}, since {who['since']})"
-    except (ValueError, KeyError, TypeError):  # the first has the lock but has not written who it is yet
-        where = ""
+    where = _holder(said)
     return f"week {week} is already being run by another fleet command{where}; not starting a second run of it"
