@@ -153,14 +153,10 @@ def sensors_ticked(port: int, since: float) -> bool:
     return bool(running) and all(any(t["status"] in ("SKIPPED", "SUCCESS") for t in s["ticks"]) for s in running)
 
 
-QUEUE = "  class: QueuedRunCoordinator\n"
-
-
 def quick_queue(env: dict, dequeue_s: int = 1) -> None:
-    """Write FLEET_HOME's ``dagster.yaml`` before fleet does, as fleet would write it, with the run queue's
-    dequeue interval (Dagster's QueuedRunCoordinator, 5 s by default) at ``dequeue_s``: every run the UI, the
-    schedule or a sensor launches waits in the queue for the daemon's next pass. (fleet writes the file only
-    where there is none; it is the user's, and this is a key Dagster documents.)"""
+    """Write FLEET_HOME's ``dagster.yaml`` before fleet does, as fleet would write it (its run queue dequeues every
+    second), with the run queue's dequeue interval at ``dequeue_s``. (fleet writes the file only where there is
+    none; it is the user's, and this is a key Dagster documents.)"""
     from unittest import mock
 
     from fleet import config
@@ -169,11 +165,11 @@ def quick_queue(env: dict, dequeue_s: int = 1) -> None:
     with mock.patch.dict(os.environ, env, clear=True):
         s = config.settings()
     text = dagster_yaml(s)
-    assert QUEUE in text, text
+    assert "dequeue_interval_seconds: 1\n" in text, text
     cfg = s.dagster_home / "dagster.yaml"
     if not cfg.exists():
         cfg.parent.mkdir(parents=True, exist_ok=True)
-        cfg.write_text(text.replace(QUEUE, f"{QUEUE}  config:\n    dequeue_interval_seconds: {dequeue_s}\n"))
+        cfg.write_text(text.replace("dequeue_interval_seconds: 1\n", f"dequeue_interval_seconds: {dequeue_s}\n"))
 
 
 def start_ui(fleet_env, env, ticked: bool = True, demo: bool = False):

@@ -39,6 +39,8 @@ def test_fleet_writes_dagster_yaml_once_and_never_overwrites_it(fleet_env, monke
     (lambda t: t.replace("key: dagster/partition", "key: dagster/backfill"),
      "concurrency.runs.tag_concurrency_limits has no limit of 1 per unique value of dagster/partition"),
     (lambda t: t.replace("    default_limit: 20\n", ""), "concurrency.pools.default_limit is missing"),
+    (lambda t: t.replace("  free_slots_after_run_end_seconds: 1\n", ""),
+     "run_monitoring.free_slots_after_run_end_seconds is not set"),
 ])
 def test_a_missing_key_is_refused_by_fleet_run_and_fleet_ui_in_one_line(fleet_env, monkeypatch, edit, named):
     _first_instance(fleet_env, monkeypatch)

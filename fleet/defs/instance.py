@@ -65,6 +65,9 @@ telemetry:
 run_coordinator:
   module: dagster._core.run_coordinator
   class: QueuedRunCoordinator
+  config:
+    # every week's runs go through this queue, `fleet run`'s too: a run waits at most a second to be launched
+    dequeue_interval_seconds: 1
 # DefaultRunLauncher with a check that a started run's worker process still lives (fleet/defs/compat.py):
 # run monitoring fails a run whose worker is gone, and the run-failure sensor follows it up
 run_launcher:
@@ -76,8 +79,11 @@ python_logs:
   python_log_level: INFO
 run_monitoring:
   enabled: true
-  start_timeout_seconds: 180
+  start_timeout_seconds: 60  # a run left STARTING by a killed daemon is failed after this; its week goes on
   poll_interval_seconds: {s.run_monitor_s}
+  # the scrapers pool's slots a run's steps still held when it ended (a killed step, a revoked Celery task) are
+  # given back a second after the run ended, before its follow-up asks for them
+  free_slots_after_run_end_seconds: 1
   max_resume_run_attempts: 0
 """
 
@@ -157,6 +163,9 @@ def check_instance(s: Settings, instance) -> None:
     if not (data.get("run_monitoring") or {}).get("enabled"):
         raise FleetError(f"{where}: run_monitoring.enabled is not true; fleet needs run monitoring to fail runs "
                          "whose worker died")
+    if (data.get("run_monitoring") or {}).get("free_slots_after_run_end_seconds") is None:
+        raise FleetError(f"{where}: run_monitoring.free_slots_after_run_end_seconds is not set; fleet needs run "
+                         "monitoring to give back the scrapers pool's slots a dead run's steps held (1 is fleet's)")
 
 
 def get_instance(s: Settings, check: bool = True):
