@@ -19,12 +19,9 @@ from dagster import (
 NON_PUBLIC = {
     "DagsterInstance.get_records_for_run": "a run's step events; the public readers cover asset events and run "
                                            "status changes only",
-    "DagsterInstance.add_run_tags": "tags on an existing run (claims, run worker, code version, failure category)",
-    "DagsterInstance.report_run_failed": "failing a run whose process is gone (a dead `fleet run`)",
+    "DagsterInstance.add_run_tags": "tags on an existing run (run worker, code version, failure category, follow-up decision)",
     "DagsterInstance.report_engine_event": "a line in a run's event log from fleet's Celery watch",
     "DagsterInstance.event_log_storage": "the pool slots and asset-check history below",
-    "EventLogStorage.supports_global_concurrency_limits": "whether the storage has pools",
-    "EventLogStorage.free_concurrency_slots_for_run": "giving back a dead run's pool slots",
     "EventLogStorage.get_concurrency_keys": "the pools set with `dagster instance concurrency set`",
     "EventLogStorage.get_concurrency_info": "a pool's limit",
     "EventLogStorage.get_asset_check_execution_history": "the checks the UI shows as failed",
@@ -94,11 +91,6 @@ def add_tags(instance, run_id: str, tags: dict) -> None:
     instance.add_run_tags(run_id, tags)
 
 
-def report_failed(instance, run, reason: str) -> None:
-    if not run.is_finished:
-        instance.report_run_failed(run, reason)
-
-
 def engine_event(instance, run, message: str) -> None:
     instance.report_engine_event(message, run)
 
@@ -121,14 +113,6 @@ def events(instance, run_id: str, types: Iterable[DagsterEventType] | DagsterEve
 
 
 # --- pools and checks -----------------------------------------------------------------------------------------
-
-
-def free_pool_slots(instance, run_id: str) -> None:
-    """Give back the pool slots the steps of run ``run_id`` still hold (Dagster frees them only from the daemon,
-    after ``free_slots_after_run_end_seconds``, which fleet does not set)."""
-    storage = instance.event_log_storage
-    if storage.supports_global_concurrency_limits:
-        storage.free_concurrency_slots_for_run(run_id)
 
 
 def pool_limit(instance, pool: str) -> int | None:

@@ -171,11 +171,19 @@ def test_a_second_run_of_a_week_is_refused_at_once_and_leaves_no_trace(fleet_env
 
 
 def test_a_run_of_the_week_in_the_instance_is_refused_before_another_is_created():
-    """What the lock on this host cannot see: a run of the week launched by the UI, a sensor or another host."""
+    """What the lock on this host cannot see: a run of the week launched by the UI, a sensor or another host. A run
+    that a fleet command on this host requested and that command is gone (killed) is left to Dagster instead: the
+    new command says so and queues behind it."""
+    import json
+    import subprocess
+    import sys
+
     from dagster import DagsterInstance, job, op
 
     from fleet import records
-    from fleet.defs.week import refuse_if_running
+    from fleet.defs.runworker import identity
+    from fleet.defs.week import precheck_week
+    from fleet.policy import taxonomy as tx
 
     @op
     def noop():
@@ -185,11 +193,24 @@ def test_a_run_of_the_week_in_the_instance_is_refused_before_another_is_created(
     def tiny():
         noop()
 
+    said = []
     with DagsterInstance.ephemeral() as instance:
-        refuse_if_running(instance, WEEK)  # nothing of the week yet
+        precheck_week(instance, WEEK, said.append)  # nothing of the week yet
         other = instance.create_run_for_job(tiny, tags={"dagster/partition": WEEK})
         with pytest.raises(FleetError, match=rf"^week {WEEK} is already being run by run {other.run_id} \(not_started, "
                                              r"launched by the UI or a sensor\); not starting a second run of it$"):
-            refuse_if_running(instance, WEEK)
-        refuse_if_running(instance, "2026-11-23")  # another week is free
-        assert len(records.runs(instance, {"dagster/partition": WEEK})) == 1
+            precheck_week(instance, WEEK, said.append)
+        precheck_week(instance, "2026-11-23", said.append)  # another week is free
+        assert len(records.runs(instance, {"dagster/partition": WEEK})) == 1 and not said
+
+        gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+        dead = {**identity(), "pid": int(gone.stdout), "start": 1}  # a fleet command of this host that is gone
+        week = "2026-11-30"
+        left = instance.create_run_for_job(tiny, tags={"dagster/partition": week, tx.TAG_REQUESTER: json.dumps(dead)})
+        precheck_week(instance, week, said.append)
+        assert said == [f"fleet: week {week} has runs left by a fleet command that is gone ({left.run_id}); "
+                        "Dagster's run monitoring and the sensors end them first"]
+        alive = instance.create_run_for_job(tiny, tags={"dagster/partition": week,
+                                                        tx.TAG_REQUESTER: json.dumps(identity())})
+        with pytest.raises(FleetError, match=rf"already being run by run {alive.run_id} "):
+            precheck_week(instance, week, said.append)

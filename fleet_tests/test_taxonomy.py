@@ -190,7 +190,7 @@ DEAD_RUN_SCRIPT = textwrap.dedent("""
     from fleet.config import settings
     from fleet.defs import definitions as d
     from fleet.defs.instance import get_instance
-    from fleet.policy.followup import follow_up_request, reap_dead_run
+    from fleet.policy.followup import follow_up_request
     from fleet.storage.store import LocalArtifactStore
     from fleet.policy import taxonomy as tx
     from fleet.policy.status import week_status
@@ -214,7 +214,9 @@ DEAD_RUN_SCRIPT = textwrap.dedent("""
             store = artifact_store()
             run = [r for r in instance.get_runs() if r.status == DagsterRunStatus.STARTED][0]
             claimed = [c.run_id for c in instance.event_log_storage.get_concurrency_info("scrapers").claimed_slots]
-            reap_dead_run(instance, run, "its process is gone")  # what `fleet run` does with a run left behind
+            # what Dagster's run monitoring does with a run whose worker is gone: fail it, and give back its slots
+            instance.report_run_failed(run, "its process is gone")
+            instance.event_log_storage.free_concurrency_slots_for_run(run.run_id)
             run = instance.get_run_by_id(run.run_id)
             outcomes = {s: o.status for s, o in tx.run_outcomes(instance, run, store).items()}
             with_budget = tx.next_action(instance, run, 2, store)

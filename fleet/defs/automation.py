@@ -9,7 +9,6 @@ from dagster import (
 from fleet import records
 from fleet.errors import FleetError
 from fleet.policy import taxonomy as tx
-from fleet.defs.runworker import LOST_TAG
 from fleet.policy.followup import follow_up_request
 from fleet.weeks import last_complete_week
 
@@ -28,26 +27,18 @@ def _follow(context: RunStatusSensorContext, crash_reruns: int, artifacts):
 
 def build_automation(scrape_job, publish_job, crash_reruns: int, artifacts, cron: str = SCHEDULE_CRON,
                      running: bool = False):
-    # every run of the instance, also those `fleet run` executes in its own process (they have no code location)
+    # every run of the instance's weeks, whatever code location launched it (`fleet ui`, `dg dev` and deploy/ name
+    # the location differently)
     @run_status_sensor(run_status=DagsterRunStatus.FAILURE, request_jobs=[scrape_job, publish_job],
                        name="fleet_after_failed_run", minimum_interval_seconds=5,
                        default_status=DefaultSensorStatus.RUNNING, monitor_all_code_locations=True)
     def after_failed_run(context: RunStatusSensorContext):
         """Classify a failed run's steps (infra/source); re-execute crashed sources (≤ N) or consolidate the week."""
-        run = context.dagster_run
-        if run.tags.get(tx.TAG_DRIVER) == "cli" and LOST_TAG not in run.tags:
-            # `fleet run` follows up its runs itself, unless run monitoring found its process gone, on any host
-            return SkipReason(f"run {run.run_id}: `fleet run` follows it up")
-        # A run that run monitoring failed because its worker died (fleet/defs/runworker.py) still holds its
-        # steps' claims on the scrapers pool: Dagster's daemon frees them only with free_slots_after_run_end_seconds,
-        # which fleet does not set. Give them back, as reap_dead_run does, before its follow-up asks for them. A run
-        # that failed by itself holds none (its executor gave back what its steps had not, as it ended).
-        records.free_pool_slots(context.instance, context.dagster_run.run_id)
         return _follow(context, crash_reruns, artifacts)
 
     @run_status_sensor(run_status=DagsterRunStatus.SUCCESS, request_jobs=[scrape_job, publish_job],
                        name="fleet_after_scrape_run", minimum_interval_seconds=5,
-                       default_status=DefaultSensorStatus.RUNNING)
+                       default_status=DefaultSensorStatus.RUNNING, monitor_all_code_locations=True)
     def after_successful_run(context: RunStatusSensorContext):
         """After a scrape-only run succeeds, consolidate and commit the week."""
         return _follow(context, crash_reruns, artifacts)

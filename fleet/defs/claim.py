@@ -1,15 +1,10 @@
-"""One run per week, whoever launches it: ``fleet run`` on any host, the UI, the schedule or a sensor.
+"""One command per week on a host, and how a week's run is described when a command is refused for it.
 
-The run queue (QueuedRunCoordinator, one run per ``dagster/partition``) holds back the runs the daemon launches,
-but ``fleet run`` executes its runs itself, and two of them may start 100 ms apart on two machines. So every run
-of fleet's jobs claims its week as its executor starts, in the instance that all hosts share: the week belongs
-to the oldest of its unfinished runs (the lowest storage id, which the run storage assigns in creation order).
-A run that is not the oldest stops before any step, tagged ``fleet/superseded`` with the reason; the
-follow-up policy never re-executes it (fleet/policy/followup.py), and the week's status counts nothing of it.
-
-A refused run has still been created, with a planned step and check per asset. So ``fleet run`` asks first, before
-it prints or creates anything: :func:`hold_week` (the week's lock on this host, which two commands started together
-meet) and :func:`week_holder` (an unfinished run of the week in the instance, from any host or launcher)."""
+One run per week at a time is the run queue's (QueuedRunCoordinator, one run per ``dagster/partition``): every run
+of a week, `fleet run`'s too, goes through it (fleet/defs/week.py). The queue holds a second run of a week back; it
+never refuses it. fleet's commands promise more: a second `fleet run` of a week is refused at once, in one line
+naming the first, before it prints or starts anything. That is :func:`hold_week` on one host, and, for a run from
+anywhere else (another host, the UI, the schedule), week.precheck_week with :func:`describe_run`."""
 from __future__ import annotations
 
 import contextlib
@@ -29,37 +24,8 @@ HOLDER_WAIT_S = 1.0  # how long a refused command waits for the week lock's hold
 # :func:`hold_week` refuses a second command of a week before that.
 
 
-def _unfinished_runs(instance, week: str) -> list:
-    from dagster import DagsterRunStatus
-
-    from fleet import records
-    from fleet.policy import taxonomy as tx
-
-    return records.run_records(instance, {tx.PARTITION_TAG: week},
-                               [DagsterRunStatus.QUEUED, DagsterRunStatus.NOT_STARTED, DagsterRunStatus.STARTING,
-                                DagsterRunStatus.STARTED, DagsterRunStatus.CANCELING])
-
-
-def holder(instance, run) -> str | None:
-    """Why ``run`` may not proceed: the older unfinished run of its week, described; None when it may."""
-    from fleet import records
-    from fleet.policy import taxonomy as tx
-
-    week = run.tags.get(tx.PARTITION_TAG)
-    mine = records.run_record(instance, run.run_id) if week else None
-    if mine is None:
-        return None
-    older = [r for r in _unfinished_runs(instance, week) if r.storage_id < mine.storage_id]
-    return _taken(week, older[0].dagster_run) if older else None
-
-
-def week_holder(instance, week: str) -> str | None:
-    """Why a new run of ``week`` may not start: its oldest unfinished run, described; None when there is none."""
-    unfinished = _unfinished_runs(instance, week)
-    return _taken(week, min(unfinished, key=lambda r: r.storage_id).dagster_run) if unfinished else None
-
-
-def _taken(week: str, other) -> str:
+def describe_run(week: str, other) -> str:
+    """Why a command may not run ``week``: its unfinished run ``other``, launched by whom and where."""
     from fleet.defs import runworker
     from fleet.policy import taxonomy as tx
 
@@ -76,16 +42,19 @@ def _taken(week: str, other) -> str:
             f"{driver}{where}); not starting a second run of it")
 
 
-def claim_week(instance, run) -> None:
-    """Raise a FleetError, after tagging ``run`` ``fleet/superseded``, when an older run of its week is
-    unfinished."""
-    from fleet import records
+def requested_by_gone_command(run) -> bool:
+    """Whether ``run`` was requested by a fleet command on this host that is gone (its process, by pid and start
+    time, no longer lives): a run left by a killed command, which Dagster's run monitoring and sensors finish."""
+    from fleet.defs import runworker
     from fleet.policy import taxonomy as tx
 
-    why = holder(instance, run)
-    if why is not None:
-        records.add_tags(instance, run.run_id, {tx.TAG_SUPERSEDED: why})
-        raise FleetError(why)
+    try:
+        who = json.loads(run.tags.get(tx.TAG_REQUESTER) or "")
+    except ValueError:
+        return False
+    if not isinstance(who, dict) or who.get("host") != socket.gethostname() or who.get("boot") != runworker.boot_id():
+        return False
+    return runworker.process_start(int(who.get("pid") or 0)) != who.get("start")
 
 
 @contextlib.contextmanager

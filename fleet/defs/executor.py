@@ -1,6 +1,5 @@
-"""fleet's executors: Dagster's own, wrapped so that each run first claims its week (fleet/defs/claim.py),
-records the process executing it (its run worker, fleet/defs/runworker.py) and the version of the code it was
-planned with (fleet/defs/codeversion.py), beats the worker's heartbeat into the instance while it executes, and,
+"""fleet's executors: Dagster's own, wrapped so that each run records the process executing it (its run worker,
+fleet/defs/runworker.py) and the version of the code it was planned with (fleet/defs/codeversion.py), beats the worker's heartbeat into the instance while it executes, and,
 on Celery, is watched for workers that died (fleet/defs/celery.py)."""
 from __future__ import annotations
 
@@ -10,14 +9,14 @@ from dagster import Executor, ExecutorDefinition
 
 from fleet import records
 from fleet.defs import codeversion
-from fleet.defs.claim import claim_week
 from fleet.config import settings
 from fleet.defs.runworker import beat_period, heartbeat, record_run_worker
 
 
 class FleetExecutor(Executor):
     """Delegates to Dagster's executor ``inner``; ``watch(instance, run)`` is a context manager held while the
-    plan executes. The executor runs in the run worker (under ``fleet run``, the CLI's process), never in a step."""
+    plan executes. The executor runs in the run worker (the process the code server starts for the run),
+    never in a step."""
 
     def __init__(self, inner: Executor, watch=None):
         self.inner = inner
@@ -37,20 +36,13 @@ class FleetExecutor(Executor):
     def execute(self, plan_context, execution_plan):
         instance, run = plan_context.instance, plan_context.dagster_run
         record_run_worker(instance, run.run_id)
-        claim_week(instance, run)
         records.add_tags(instance, run.run_id, {codeversion.TAG: codeversion.code_version()})
-        try:
-            # a heartbeat in the instance: how run monitoring on another host knows this worker lives
-            with heartbeat(instance, run.run_id, beat_period(settings().run_monitor_s)), \
-                    self.watch(instance, run) if self.watch else contextlib.nullcontext():
-                yield from self.inner.execute(plan_context, execution_plan)
-        finally:
-            # Every step of the run has ended: a claim on the scrapers pool still held is one a step never gave
-            # back (its process died, or its Celery task was revoked before it started). Dagster frees those only
-            # with run monitoring's free_slots_after_run_end_seconds, which fleet does not set; without this, each
-            # lost worker would shrink the pool for good.
-            with contextlib.suppress(Exception):
-                records.free_pool_slots(instance, run.run_id)
+        # a heartbeat in the instance: how run monitoring on another host knows this worker lives. (A claim on the
+        # scrapers pool a step never gave back, its process dead or its Celery task revoked, Dagster's run
+        # monitoring frees after the run ends: free_slots_after_run_end_seconds, which fleet's instance requires.)
+        with heartbeat(instance, run.run_id, beat_period(settings().run_monitor_s)), \
+                self.watch(instance, run) if self.watch else contextlib.nullcontext():
+            yield from self.inner.execute(plan_context, execution_plan)
 
 
 def fleet_executor(executor_def: ExecutorDefinition, watch=None) -> ExecutorDefinition:

@@ -1,13 +1,14 @@
-"""The week driver: a week (or the demo's, or a backfill's) through the same jobs the schedule and the UI launch, and
-the same follow-up policy as the sensors (fleet/policy/followup.py), here in this process instead of the daemon.
-Also the driver's other runs of a week (reprocess, release, commit) and what it tidies first (runs left by a
-killed driver). `fleet`'s commands call these; each returns the exit code. What it prints is in fleet/defs/report.py."""
+"""The week's client: `fleet run`, `fleet demo`, `fleet backfill`, `fleet reprocess` and `fleet release` submit a
+week to the daemon serving the Dagster instance (one started for the command where none does: fleet/defs/daemon.py)
+through the ``fleet_requests`` sensor (fleet/defs/requests.py), the way the schedule and the UI start a week: the
+run queue, the run launcher, run monitoring and the run-status sensors' follow-ups (fleet/defs/automation.py). The
+client only checks first, follows the runs and reports. `fleet commit` is no Dagster run. Each returns the exit
+code; what it prints is in fleet/defs/report.py."""
 from __future__ import annotations
 
 import datetime as dt
-import json
-import os
 import sys
+import time
 
 import click
 
@@ -17,15 +18,6 @@ from fleet.defs.report import EXIT_NOTHING, EXIT_OK, report, source_names
 from fleet.errors import FleetError, without_credentials
 from fleet.storage.open import host_store
 from fleet.weeks import parse_week, utc_now
-
-
-def _logging(verbose: bool) -> dict:
-    """The run config of Dagster's console logger. Without -v it prints nothing: fleet's own lines (a line per
-    source as it ends, then the table) say what happened, and Dagster's lines would say it again, each with the
-    run id twice (its own prefix and fleet's message's). Events reach the event log whatever this level. The one
-    console line no run config reaches (STEP_WORKER_STARTED, logged in each step's process by a log manager of
-    Dagster's defaults) follows the instance's ``python_logs.python_log_level``."""
-    return {"loggers": {"console": {"config": {"log_level": "DEBUG" if verbose else "CRITICAL"}}}}
 
 
 def say_sandbox(home, echo=click.echo) -> None:
@@ -55,7 +47,8 @@ def past_week_refusal(week: str, sources: tuple[str, ...] = (), deep: tuple[str,
 def run(week: str, sources: tuple[str, ...] = (), deep: tuple[str, ...] = (), refresh: bool = False,
         force: bool = False, verbose: bool = False, demo: bool = False, echo=click.echo) -> int:
     """`fleet run` (``demo``: `fleet demo`, with the bundled demo sites serving on 127.0.0.1 meanwhile): refused
-    up front for a past week without ``force``, else :func:`run_week`."""
+    up front for a past week without ``force``, else the week submitted to the daemon serving the instance (one
+    started for this command where none does) and followed until its runs end."""
     from fleet.defs.claim import hold_week
     from fleet.demo.sites import DemoSites
 
@@ -64,53 +57,35 @@ def run(week: str, sources: tuple[str, ...] = (), deep: tuple[str, ...] = (), re
         if why:
             raise FleetError(why)
         if not demo:
-            return run_week(week, sources, deep, refresh, force, echo, verbose)
+            return _weeks([week], sources, deep, refresh, force, echo, verbose)
         demo_data_remote()
         with DemoSites() as sites:
-            config.export(FLEET_DEMO_URL=sites.url)  # the demo scrapers and every step of the run read it
+            config.export(FLEET_DEMO_URL=sites.url)  # the demo scrapers, the daemon and every step of the run read it
             echo(f"fleet: demo sites at {sites.url}")
-            return run_week(week, sources, deep, refresh, force, echo, verbose)
+            return _weeks([week], sources, deep, refresh, force, echo, verbose)
 
 
 def backfill(first: str, last: str, force: bool, echo=click.echo) -> int:
-    """Each week from ``first`` to ``last``; a past week that would scrape today's web is skipped, named, and
-    makes the exit code 2, unless ``force``. The worst week's exit code."""
-    from fleet.defs.claim import hold_week
-
-    worst = EXIT_OK
+    """Each week from ``first`` to ``last``, one after another, through one daemon; a past week that would scrape
+    today's web is skipped, named, and makes the exit code 2, unless ``force``. The worst week's exit code."""
+    weeks = []
     week = parse_week(first)
     while week <= parse_week(last):
-        w = week.isoformat()
-        with hold_week(settings().home, w):
-            why = None if force else past_week_refusal(w)
-            if why:
-                echo(f"fleet: {why}", err=True)
-                worst = max(worst, EXIT_NOTHING)
-            else:
-                worst = max(worst, run_week(w, force=force, echo=echo))
+        weeks.append(week.isoformat())
         week += dt.timedelta(days=7)
-    return worst
+    return _weeks(weeks, force=force, echo=echo, each=True)
 
 
-def run_week(week: str, sources: tuple[str, ...] = (), deep: tuple[str, ...] = (), refresh: bool = False,
-             force: bool = False, echo=click.echo, verbose: bool = False) -> int:
-    """Drive one week: the scrape run, then the follow-ups the policy asks for (reruns, the publish run), then
-    the report. ``force`` tags the runs ``fleet/force=true``: the raw assets then scrape a past week from today's
-    web (fleet/policy/pastweek.py)."""
-    from dagster import AssetKey, execute_job, reconstructable
-
+def _checks(sources: tuple[str, ...], deep: tuple[str, ...]):
+    """What is refused before a week is submitted, each in one line naming the setting: a bad FLEET_DATA_BRANCH or
+    FLEET_DATA_PREFIX, a FLEET_DATA_REMOTE that is not there or does not answer (its commit would fail after the
+    whole scrape), a store that does not answer, no Chromium (each attempt would fail as infra, the source named
+    but not the cause), an unknown source, and the instance's own settings. Returns (instance, source names)."""
     from fleet.defs import definitions as d
     from fleet.defs.instance import get_instance
-    from fleet.lifecycle.progress import Progress
-    from fleet.policy import taxonomy as tx
-    from fleet.policy.followup import drive
-    from fleet.policy.pastweek import FORCE_TAG
     from fleet.storage.open import check_store
 
     s = settings()
-    # Refused before the week is scraped: a bad FLEET_DATA_BRANCH or FLEET_DATA_PREFIX, a FLEET_DATA_REMOTE that is not
-    # there or does not answer (its commit would fail after the whole scrape), no Chromium (each attempt would fail
-    # as infra, the source named but not the cause).
     check_data_remote()
     check_store(d.defs.resources["artifacts"].store())  # a bucket that does not exist, an endpoint that does not answer
     chromium_path()
@@ -125,41 +100,153 @@ def run_week(week: str, sources: tuple[str, ...] = (), deep: tuple[str, ...] = (
         instance = get_instance(s)
         check_workers(s)  # else every step would wait in the queue for a worker
     else:
-        warm_forkserver(echo)
         instance = get_instance(s)
     names = source_names()
     unknown = [n for n in (*sources, *deep) if n not in names]
     if unknown:
         raise FleetError(f"unknown source(s): {', '.join(unknown)}; known: {', '.join(names)}")
-    ops = {f"{tx.RAW_PREFIX}{n}": {"config": {"deep": n in deep, "refresh": refresh}} for n in (sources or names)
-           if n in deep or refresh}
-    base_tags = {**cli_run_tags(week), **({FORCE_TAG: "true"} if force else {})}
-    selection = [AssetKey(["raw", n]) for n in sources] if sources else None
-    store = host_store()
+    return instance, names
 
-    def launch(request, action):
-        job = d.scrape_week_job if action.kind == "rerun" else d.publish_week_job
-        # execute_job takes no check selection: a subset run here also runs its sources' fresh_week checks (one step)
-        result = execute_job(reconstructable(job), instance, run_config={**(request.run_config or {}), **_logging(verbose)},
-                             tags={**base_tags, **request.tags}, asset_selection=request.asset_selection)
-        return instance.get_run_by_id(result.run_id)
 
-    reap_orphaned_runs(instance, week, echo)
-    refuse_if_running(instance, week)
+def _weeks(weeks: list[str], sources: tuple[str, ...] = (), deep: tuple[str, ...] = (), refresh: bool = False,
+           force: bool = False, echo=click.echo, verbose: bool = False, each: bool = False) -> int:
+    """Scrape ``weeks`` one after another through the daemon serving the instance, or one started for this command
+    (fleet/defs/daemon.py); ``each``: take each week's lock and judge its past-week rule here (a backfill). The worst
+    week's exit code."""
+    from fleet.defs import daemon
+    from fleet.defs.claim import hold_week
+
+    s = settings()
+    instance, names = _checks(sources, deep)
+    if not each:
+        precheck_week(instance, weeks[0], echo)
     say_sandbox(s.home, echo)  # after every refusal: a bad setting is the one line a refused run prints
-    where = f"on the workers of {without_credentials(s.celery_broker)}" if s.executor == "celery" else "on this machine"
-    echo(f"fleet: scraping week {week} ({len(sources or names)} sources, at most {s.max_parallel} at once, {where})")
-    with Progress(instance, store, week, len(sources or names), echo,
+    worst = EXIT_OK
+    with daemon.serving(s, instance, echo, verbose) as serving:
+        for week in weeks:
+            if not each:
+                worst = max(worst, _scrape(instance, serving, week, names, sources, deep, refresh, force, echo, verbose))
+                continue
+            with hold_week(s.home, week):
+                why = None if force else past_week_refusal(week)
+                if why:
+                    echo(f"fleet: {why}", err=True)
+                    worst = max(worst, EXIT_NOTHING)
+                    continue
+                precheck_week(instance, week, echo)
+                worst = max(worst, _scrape(instance, serving, week, names, force=force, echo=echo))
+    return worst
+
+
+def _scrape(instance, serving, week: str, names: list[str], sources: tuple[str, ...] = (), deep: tuple[str, ...] = (),
+            refresh: bool = False, force: bool = False, echo=click.echo, verbose: bool = False) -> int:
+    """One week: its request, its runs followed as the sensors chain them (the scrape run, crash re-executions, the
+    publish run), a line per source as it ends, then the report. ``force``: the runs are tagged ``fleet/force=true``
+    and the raw assets then scrape a past week from today's web (fleet/policy/pastweek.py)."""
+    from fleet.defs import requests
+    from fleet.lifecycle.progress import Progress
+    from fleet.policy import taxonomy as tx
+
+    s = settings()
+    store = host_store()
+    selected = list(sources or names)
+    where = (f"on the workers of {without_credentials(s.celery_broker)}" if s.executor == "celery"
+             else "on this machine" if serving.ours else f"through {serving.describe()}")
+    echo(f"fleet: scraping week {week} ({len(selected)} sources, at most {s.max_parallel} at once, {where})")
+    request = requests.submit(instance, week, kind="scrape", sources=sources, deep=deep, refresh=refresh,
+                              force=force, verbose=verbose, settings=requests.client_settings(s))
+    with Progress(instance, store, week, len(selected), echo, request=request,
                   live=echo is click.echo and sys.stdout.isatty() and not verbose) as progress:
-        result = execute_job(reconstructable(d.scrape_week_job), instance, run_config={"ops": ops, **_logging(verbose)},
-                             tags={**base_tags, tx.TAG_KIND: "scrape"}, asset_selection=selection)
-        run = instance.get_run_by_id(result.run_id)
-        superseded(run)
-        progress.catch_up()  # every source's line before the stage's end is said
-        follow_ups = drive(instance, run, s.crash_reruns, store, launch, echo)
-    publish_run = next((r for r in follow_ups if r.tags.get(tx.TAG_KIND) == "publish"), None)
-    return report(instance, store, week, names, publish_run, echo, selected=list(sources or names),
-                  run_ids=[run.run_id, *(r.run_id for r in follow_ups)])
+        chain = follow(instance, serving, week, request, echo, before_line=progress.catch_up)
+    publish_run = next((r for r in reversed(chain) if r.tags.get(tx.TAG_KIND) == "publish"), None)
+    return report(instance, store, week, names, publish_run, echo, selected=selected,
+                  run_ids=[r.run_id for r in chain])
+
+
+FINISHED = ("SUCCESS", "FAILURE", "CANCELED")
+ANSWER_S = 300.0   # a daemon's first pass over the request, its code server loading (seconds; ~5 on a quiet machine)
+DECIDE_S = 120.0   # a finished run's follow-up decision by the daemon's run-status sensors (a tick every ~5 s)
+POLL_S = 0.5
+
+
+def follow(instance, serving, week: str, request: str, echo, before_line=lambda: None) -> list:
+    """Wait for ``request``'s runs to end: the run the daemon's ``fleet_requests`` sensor made of it and the
+    follow-ups its run-status sensors launched after each (tagged with the request too). A run's decision is its
+    ``fleet/next`` tag (fleet/policy/followup.py); the chain has ended when every run finished, each has its
+    decision, and each rerun or publish decision has its run. Each decision's reason is said once, as it is made.
+    Returns the chain's runs, oldest first. Refused in one line when the daemon refuses the request, stops, or
+    never answers or decides."""
+    from fleet import records
+    from fleet.defs import requests
+    from fleet.policy import taxonomy as tx
+
+    started = time.monotonic()
+    answered = False
+    said: set[str] = set()
+    undecided: dict[str, float] = {}
+    while True:
+        serving.check()
+        if not answered:
+            answer = requests.answer(instance, week, request)
+            if answer is None and time.monotonic() - started > ANSWER_S:
+                raise FleetError(f"{serving.describe()} did not take this command's request for week {week} within "
+                                 f"{ANSWER_S:.0f} s: is its fleet_requests sensor running (the UI's Automation page)?")
+            if answer is not None and answer["state"] == "refused":
+                raise FleetError(answer["reason"])
+            answered = answer is not None
+        chain = [r.dagster_run for r in sorted(records.run_records(instance, {tx.TAG_REQUEST: request}),
+                                               key=lambda r: r.storage_id)]
+        done = answered and bool(chain)
+        for run in chain:
+            if run.status.value not in FINISHED:
+                done = False
+                continue
+            if run.status.value == "CANCELED":
+                continue
+            decision = run.tags.get(tx.TAG_NEXT)
+            if decision is None:
+                done = False
+                if time.monotonic() - undecided.setdefault(run.run_id, time.monotonic()) > DECIDE_S:
+                    raise FleetError(f"run {run.run_id} of week {week} ended {DECIDE_S:.0f} s ago and {serving.describe()} "
+                                     "has not decided what follows it: see the fleet_after_* sensors' ticks in the UI")
+                continue
+            kind, _, reason = decision.partition(": ")
+            if kind in ("rerun", "publish"):
+                if run.run_id not in said:
+                    before_line()  # every source's line of the stage before what follows it
+                    echo(f"fleet: {reason}")
+                    said.add(run.run_id)
+                if not any(r.tags.get(tx.TAG_RECOVERS) == run.run_id for r in chain):
+                    done = False
+        if done:
+            return chain
+        time.sleep(POLL_S)
+
+
+def precheck_week(instance, week: str, echo) -> None:
+    """Refuse a week another launcher is running: an unfinished run of it in the instance, from another host, the
+    UI, the schedule or a sensor, named. Runs this host's fleet commands requested are another matter: this
+    command holds the week's lock on this host (claim.hold_week), so their command is gone (killed); they are left
+    to Dagster, whose run monitoring and sensors end and follow them up before this command's runs, which queue
+    behind them (one run per week)."""
+    from dagster import DagsterRunStatus
+
+    from fleet import records
+    from fleet.defs.claim import describe_run
+    from fleet.defs.requests import requested_by_gone_command
+    from fleet.policy import taxonomy as tx
+
+    unfinished = records.run_records(instance, {tx.PARTITION_TAG: week},
+                                     [DagsterRunStatus.QUEUED, DagsterRunStatus.NOT_STARTED, DagsterRunStatus.STARTING,
+                                      DagsterRunStatus.STARTED, DagsterRunStatus.CANCELING])
+    if not unfinished:
+        return
+    left = [r.dagster_run for r in unfinished if requested_by_gone_command(r.dagster_run)]
+    others = [r for r in unfinished if r.dagster_run not in left]
+    if others:
+        raise FleetError(describe_run(week, min(others, key=lambda r: r.storage_id).dagster_run))
+    echo(f"fleet: week {week} has runs left by a fleet command that is gone ({', '.join(r.run_id for r in left)}); "
+         "Dagster's run monitoring and the sensors end them first")
 
 
 def check_data_remote() -> None:
@@ -179,134 +266,66 @@ def demo_data_remote() -> None:
         create_remote(DataRepo.from_settings(settings()))
 
 
-def cli_run_tags(week: str) -> dict:
-    """The tags of a run this process executes: its week, its driver, and this process as its run worker from
-    the start (fleet/defs/runworker.py), so a run left behind by a killed `fleet run` is known for dead even if
-    it died before its executor started."""
-    from fleet.defs.runworker import TAG, identity
-    from fleet.policy import taxonomy as tx
-
-    return {tx.PARTITION_TAG: week, tx.TAG_DRIVER: "cli", TAG: json.dumps(identity(), sort_keys=True)}
-
-
-def refuse_if_running(instance, week: str) -> None:
-    """A run of ``week`` unfinished in the instance (from another host, the UI, the schedule or a sensor) is
-    refused before this command creates a run of its own: a refused run leaves a planned step and check per asset.
-    Two that pass here together are still told apart by the claim at their executors' start (fleet/defs/claim.py)."""
-    from fleet.defs.claim import week_holder
-
-    taken = week_holder(instance, week)
-    if taken:
-        raise FleetError(taken)
-
-
-def superseded(run) -> None:
-    """Raise the FleetError of a run that stopped because an older run of its week was going (one run per
-    week, fleet/defs/claim.py): nothing was done, and the CLI says why."""
-    from fleet.policy import taxonomy as tx
-
-    if tx.TAG_SUPERSEDED in run.tags:
-        raise FleetError(run.tags[tx.TAG_SUPERSEDED])
-
-
-def warm_forkserver(echo=click.echo) -> None:
-    """Start this process's forkserver now, in the background, instead of when the scrape run launches its first
-    step: the server is a new interpreter that imports fleet's definitions (several seconds of one core), and
-    this way it does so while this process creates the instance and the run. Dagster's multiprocess executor
-    (``start_method: forkserver``) then finds it running and forks every step from it. Only multiprocessing's
-    public API: the first process of a forkserver context starts the server."""
-    import multiprocessing
-    import threading
-
-    from fleet.defs.definitions import PRELOAD
-
-    ctx = multiprocessing.get_context("forkserver")
-    ctx.set_forkserver_preload(list(PRELOAD))
-
-    def start():
-        try:
-            ctx.Process(target=os.getpid).start()
-        except Exception as exc:  # the executor starts the server itself, only later
-            echo(f"fleet: forkserver not started ahead of the run ({type(exc).__name__}: {exc})", err=True)
-
-    threading.Thread(target=start, name="fleet-forkserver-warmup", daemon=True).start()
-
-
-def reap_orphaned_runs(instance, week: str, echo) -> None:
-    """Runs of this week left "in progress" by a `fleet run` that was killed: their run worker, recorded on the
-    run (fleet/defs/runworker.py), was a process on this machine that is gone. Mark them failed with the reason,
-    so they never hold the week (fleet/defs/claim.py). A run on another host is the run monitoring's to judge."""
-    from dagster import DagsterRunStatus
+def _publish(week: str, kind: str, echo, tags: dict | None = None) -> tuple[object, list]:
+    """A publish run of ``week`` (``kind`` reprocess or release: no network), submitted and followed as a week is;
+    its run (None when the daemon launched none) and the lines of its failed steps."""
+    from dagster import DagsterEventType
 
     from fleet import records
-    from fleet.defs.runworker import worker_health
-    from fleet.policy import taxonomy as tx
-    from fleet.policy.followup import reap_dead_run
-
-    stuck = [run for run in records.runs(instance, {tx.PARTITION_TAG: week, tx.TAG_DRIVER: "cli"},
-                                         [DagsterRunStatus.STARTED, DagsterRunStatus.STARTING, DagsterRunStatus.NOT_STARTED])
-             if worker_health(run).status == "FAILED"]
-    for run in stuck:
-        echo(f"fleet: run {run.run_id} for week {week} was left in progress by a process that is gone; marking it failed")
-        reap_dead_run(instance, run, "the fleet run process died (kill -9 or reboot)")
-        records.add_tags(instance, run.run_id, {"fleet/abandoned": "the fleet run process died (kill -9 or reboot)"})
-
-
-def _publish(week: str, tags: dict, echo, asset_selection=None):
-    """A publish run of ``week`` executed here (no network), after the runs a killed driver left are reaped."""
-    from dagster import execute_job, reconstructable
-
-    from fleet.defs import definitions as d
-    from fleet.defs.instance import get_instance
-
+    from fleet.defs import daemon, requests
     from fleet.defs.claim import hold_week
+    from fleet.defs.instance import get_instance
+    from fleet.defs.report import step_error
 
-    with hold_week(settings().home, week):
+    s = settings()
+    with hold_week(s.home, week):
         check_data_remote()
-        instance = get_instance(settings())
-        reap_orphaned_runs(instance, week, echo)
-        refuse_if_running(instance, week)
-        result = execute_job(reconstructable(d.publish_week_job), instance,
-                             run_config={"loggers": {"console": {"config": {"log_level": "INFO"}}}},
-                             tags={**cli_run_tags(week), **tags}, asset_selection=asset_selection)
-        superseded(instance.get_run_by_id(result.run_id))
-        return result
+        instance = get_instance(s)
+        precheck_week(instance, week, echo)
+        with daemon.serving(s, instance, echo) as serving:
+            request = requests.submit(instance, week, kind=kind, tags=tags, settings=requests.client_settings(s))
+            chain = follow(instance, serving, week, request, echo)
+    run = chain[-1] if chain else None
+    failed = [] if run is None else [
+        f"FAILED {rec.event_log_entry.dagster_event.step_key}: "
+        f"{step_error(rec.event_log_entry.dagster_event.step_failure_data.error).splitlines()[0]}"
+        for rec in records.events(instance, run.run_id, (DagsterEventType.STEP_FAILURE,))]
+    return run, failed
 
 
 def reprocess_week(week: str, echo=click.echo) -> int:
     """Post-process the stored raw rows again and commit the result; no network."""
-    from dagster import AssetKey
-
-    from fleet.policy import taxonomy as tx
     from fleet.storage import store as keys
     from fleet.transform.postprocess import consolidated
 
     consolidated(host_store(), week)  # one line when the week has no consolidated rows (of this layout)
-    result = _publish(week, {tx.TAG_KIND: "reprocess"}, echo,
-                      asset_selection=[AssetKey("post_processed"), AssetKey("processed_commit")])
+    run, failed = _publish(week, "reprocess", echo)
     rec = host_store().read_json(week, keys.commit_key("processed"))
-    if result.success and rec:
+    if run is not None and run.status.value == "SUCCESS" and rec:
         echo(f"commit processed {rec['status']:<10} {rec['sha']}")
         return EXIT_OK
-    echo("fleet: reprocessing failed; see the log above", err=True)
+    for line in failed:
+        echo(line, err=True)
+    echo("fleet: reprocessing failed" + (f" (run {run.run_id})" if run is not None else ""), err=True)
     return EXIT_NOTHING
 
 
 def release_week(week: str, sources: tuple[str, ...], note: str, echo=click.echo) -> int:
     """Commit the rows the quality gate held out of ``week``: a publish run tagged ``fleet/release`` (as the UI
     can launch one) consolidates and commits the week again with them; no network."""
-    from fleet.policy import taxonomy as tx
     from fleet.quality import gate
     from fleet.storage import store as keys
 
     gate.check_held(host_store(), week, list(sources))  # one line naming a source that is not held, before any run
-    result = _publish(week, {tx.TAG_KIND: "release", gate.RELEASE_TAG: ",".join(sources),
-                             gate.RELEASE_NOTE_TAG: note}, echo)
+    run, failed = _publish(week, "release", echo, tags={gate.RELEASE_TAG: ",".join(sources),
+                                                         gate.RELEASE_NOTE_TAG: note})
     for stage in ("raw", "processed"):
         rec = host_store().read_json(week, keys.commit_key(stage)) or {}
         echo(f"commit {stage:<9} {rec.get('status', '-'):<10} {rec.get('sha')}")
-    if not result.success:
-        echo("fleet: the release run failed; see the log above", err=True)
+    if run is None or run.status.value != "SUCCESS":
+        for line in failed:
+            echo(line, err=True)
+        echo("fleet: the release run failed" + (f" (run {run.run_id})" if run is not None else ""), err=True)
         return EXIT_NOTHING
     return EXIT_OK
 

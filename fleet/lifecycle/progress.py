@@ -1,5 +1,5 @@
-"""Live progress of `fleet run`: each source's step as it finishes, read from the Dagster instance's event log by a
-thread. These lines, not Dagster's console, are what `fleet run` says while it runs (Dagster's only with -v)."""
+"""Live progress of `fleet run`: each source's step as it finishes, in whichever process the daemon runs it, read from
+the Dagster instance's event log by a thread. These lines, not Dagster's console, are what `fleet run` says while it runs (Dagster's only with -v)."""
 from __future__ import annotations
 
 import threading
@@ -15,14 +15,14 @@ POLL_S = 0.5
 
 
 class Progress:
-    """Watches the runs of ``week`` that this `fleet run` launches (tag ``fleet/driver=cli``, created after it
-    started) and reports each raw step's end: one plain line per source (a failed one's with its error's first
+    """Watches the runs of ``week`` made of this `fleet run`'s request (tag ``fleet/request``: the run the daemon
+    launched for it and their follow-ups) and reports each raw step's end: one plain line per source (a failed one's with its error's first
     line), or a rich live view on a terminal."""
 
-    def __init__(self, instance, store, week: str, total: int, echo, live: bool = False):
-        # a thread of its own reads through an instance of its own: the run's instance is busy in execute_job
+    def __init__(self, instance, store, week: str, total: int, echo, request: str, live: bool = False):
+        # a thread of its own reads through an instance of its own: the command's follows the runs meanwhile
         self._instance = records.reopen(instance)
-        self._store, self._week, self.total, self._echo = store, week, total, echo
+        self._store, self._week, self.total, self._echo, self._request = store, week, total, echo, request
         self._since = time.time()
         self._started: dict[str, float] = {}
         self._seen: set[int] = set()          # events already taken in (by event storage id)
@@ -65,8 +65,7 @@ class Progress:
                 return
 
     def _runs(self) -> list:
-        found = records.run_records(self._instance, {tx.PARTITION_TAG: self._week, tx.TAG_DRIVER: "cli"})
-        return [r.dagster_run for r in found if r.create_timestamp.timestamp() >= self._since - 1]
+        return records.runs(self._instance, {tx.TAG_REQUEST: self._request})
 
     def _poll(self) -> None:
         from dagster import DagsterEventType

@@ -1,9 +1,8 @@
 """What follows a finished run of a week, and who launches it: the one driver of fleet's follow-up policy.
 
-The run-status sensors (fleet/defs/automation.py) and ``fleet run`` both go through :func:`follow_up_request`;
-``fleet run`` loops on it with :func:`drive` instead of waiting for a daemon. A run is followed up once: a
-follow-up carries ``fleet/recovers=<run id>``, and a run that already has one is not followed again, whichever
-driver saw it first."""
+The run-status sensors (fleet/defs/automation.py) go through :func:`follow_up_request` for every run of a week,
+whoever launched it (`fleet run` too: fleet/defs/week.py). A run is followed up once: a follow-up carries
+``fleet/recovers=<run id>``, and a run that already has one is not followed again."""
 from __future__ import annotations
 
 from dagster import AssetCheckKey, AssetKey, RunRequest
@@ -57,23 +56,6 @@ def follow_up_request(instance, run, max_reruns: int, store):
     return action, None
 
 
-def drive(instance, run, max_reruns: int, store, launch, echo=lambda _line: None) -> list:
-    """Follow ``run`` until the policy asks for nothing more: ``launch(request, action)`` executes a follow-up and
-    returns its finished run. Returns the follow-up runs in order (the publish run, if any, is the last)."""
-    runs = []
-    while True:
-        action, request = follow_up_request(instance, run, max_reruns, store)
-        if request is None:
-            if action.kind == "none" and action.reason.startswith("already followed up"):
-                echo(f"fleet: run {run.run_id}: {action.reason}")
-            return runs
-        echo(f"fleet: {action.reason}")
-        run = launch(request, action)
-        runs.append(run)
-        if action.kind == "publish":
-            return runs
-
-
 def record_crashes(run, outcomes, store) -> None:
     """A crashed step wrote no outcome of its own: record it, so consolidation and commits say why the source is missing.
 
@@ -93,17 +75,6 @@ def record_crashes(run, outcomes, store) -> None:
                        or (stored.get("run_id") == run.run_id and stored.get("category") == "infra")):
             continue
         outcome.failed(store, src, week, run.run_id, f"source {src}: {o.error}", "infra")
-
-
-def reap_dead_run(instance, run, reason: str) -> None:
-    """Mark ``run``, whose process is gone (kill -9, a reboot), failed, and give back the pool slots its steps held.
-
-    ``report_run_failed`` alone leaves the steps' claims on the ``scrapers`` pool in place: Dagster frees a
-    run's slots when its own process ends them, or from the daemon long after the run ended (never under
-    ``fleet run``), so every later step of any week waited "blocked by limit for pool scrapers" behind a dead
-    run's claims."""
-    records.report_failed(instance, run, reason)
-    records.free_pool_slots(instance, run.run_id)
 
 
 QUALITY_CHECK = "quality"  # a source's own check, evaluated by its raw step (fleet/defs/assets.py)
