@@ -154,7 +154,7 @@ def _scrape(instance, serving, week: str, names: list[str], sources: tuple[str, 
              else "on this machine" if serving.ours else f"through {serving.describe()}")
     echo(f"fleet: scraping week {week} ({len(selected)} sources, at most {s.max_parallel} at once, {where})")
     request = requests.submit(instance, week, kind="scrape", sources=sources, deep=deep, refresh=refresh,
-                              force=force, verbose=verbose, settings=requests.client_settings(s))
+                              force=force, verbose=verbose)
     with Progress(instance, store, week, len(selected), echo, request=request,
                   live=echo is click.echo and sys.stdout.isatty() and not verbose) as progress:
         chain = follow(instance, serving, week, request, echo, before_line=progress.catch_up)
@@ -283,7 +283,7 @@ def _publish(week: str, kind: str, echo, tags: dict | None = None) -> tuple[obje
         instance = get_instance(s)
         precheck_week(instance, week, echo)
         with daemon.serving(s, instance, echo) as serving:
-            request = requests.submit(instance, week, kind=kind, tags=tags, settings=requests.client_settings(s))
+            request = requests.submit(instance, week, kind=kind, tags=tags)
             chain = follow(instance, serving, week, request, echo)
     run = chain[-1] if chain else None
     failed = [] if run is None else [
