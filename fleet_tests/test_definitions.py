@@ -26,13 +26,14 @@ def _load(env_extra: dict) -> str:
 
 def test_definitions_have_demo_assets_and_automation():
     keys, jobs, automation, description = _load({}).splitlines()
-    expected = sorted([f"raw/{n}" for n in DEMO] + ["consolidated_raw_rows", "raw_commit", "post_processed", "processed_commit"])
+    expected = sorted([f"raw/{n}" for n in DEMO] + ["consolidated_raw_rows", "raw_commit", "post_processed", "processed_commit",
+                                                     "fleet/requests"])  # run requests' external asset (defs/requests.py)
     assert eval(keys) == expected
     weekly = "Weekly, starting 2026-01-05 UTC. End offsetted by 1 partition."  # from the assets (FLEET_START_WEEK)
     # the daily canary (fleet/defs/canary.py) is not partitioned by week
     assert eval(jobs) == [("fleet_canary", "None"), ("fleet_freshness", "None"), ("publish_week", weekly),
                           ("scrape_week", weekly)]
-    assert "fleet_after_failed_run" in automation and "weekly_fleet" in automation
+    assert "fleet_after_failed_run" in automation and "weekly_fleet" in automation and "fleet_requests" in automation
     assert "fleet_canary_daily" in automation
     assert description.startswith("Book prices")
 

@@ -18,6 +18,7 @@ from fleet_tests.conftest import ROOT
 COMPONENT = "fleet.defs.component.FleetComponent"
 WEEK = "2026-11-30"  # a complete week: `dg launch` scrapes it today (an older one is refused as past)
 PUBLISH = ["consolidated_raw_rows", "post_processed", "processed_commit", "raw_commit"]
+REQUESTS = "fleet/requests"  # the external asset of fleet's run requests (fleet/defs/requests.py), not materialized
 NO_PAGE = '''import polars as pl
 
 from fleet import Scraper
@@ -89,10 +90,11 @@ def test_the_checkout_is_a_dg_project_whose_defs_check_list_and_launch(tmp_path)
                FLEET_DATA_REMOTE=str(remote))
     assert "All definitions loaded successfully." in dg(env, ROOT, "check", "defs").stdout
     listed = _listed(env, ROOT)
-    assert sorted(a["asset_key"] for a in listed["assets"]) == sorted(["raw/alpha", "raw/beta", *PUBLISH])
+    assert sorted(a["asset_key"] for a in listed["assets"]) == sorted(["raw/alpha", "raw/beta", *PUBLISH, REQUESTS])
     assert sorted(c["key"] for c in listed["asset_checks"]) == ["raw/alpha:fresh_week", "raw/alpha:quality",
                                                                "raw/beta:fresh_week", "raw/beta:quality"]
-    assert sorted(s["name"] for s in listed["sensors"]) == ["fleet_after_failed_run", "fleet_after_scrape_run"]
+    assert sorted(s["name"] for s in listed["sensors"]) == ["fleet_after_failed_run", "fleet_after_scrape_run",
+                                                               "fleet_requests"]
     assert {s["name"]: s["cron_schedule"] for s in listed["schedules"]} == {
         "weekly_fleet": "0 6 * * 1", "fleet_canary_daily": "0 6 * * *", "fleet_freshness_weekly": "0 12 * * 1"}
     assert {"scrape_week", "publish_week", "fleet_canary", "fleet_freshness"} <= {j["name"] for j in listed["jobs"]}
@@ -147,7 +149,7 @@ def test_scaffolded_into_another_project_it_lists_and_its_yaml_settings_reach_th
     assert defs_yaml.read_text().count(f"type: {COMPONENT}") == 1
     assert "All definitions loaded successfully." in dg(env, project, "check", "defs").stdout
     listed = _listed(env, project)
-    assert sorted(a["asset_key"] for a in listed["assets"]) == sorted(["raw/example", *PUBLISH])
+    assert sorted(a["asset_key"] for a in listed["assets"]) == sorted(["raw/example", *PUBLISH, REQUESTS])
     assert sorted(c["key"] for c in listed["asset_checks"]) == ["raw/example:fresh_week", "raw/example:quality"]
 
     # attributes over the environment: the schedule and the data repository from YAML reach the definitions and
@@ -157,7 +159,7 @@ def test_scaffolded_into_another_project_it_lists_and_its_yaml_settings_reach_th
     defs_yaml.write_text(defs_yaml.read_text().replace("scrapers: [scrapers]", "scrapers: [scrapers, more]") + (
         f"  data_remote: {remote}\n  schedule: '0 7 * * 2'\n  crash_reruns: 0\n"))
     listed = _listed(env, project)
-    assert sorted(a["asset_key"] for a in listed["assets"]) == sorted(["raw/example", "raw/gamma", *PUBLISH])
+    assert sorted(a["asset_key"] for a in listed["assets"]) == sorted(["raw/example", "raw/gamma", *PUBLISH, REQUESTS])
     assert {s["name"]: s["cron_schedule"] for s in listed["schedules"]}["weekly_fleet"] == "0 7 * * 2"
     dg(env, project, "launch", "--assets", "*", "--partition", WEEK)
     assert _commits(remote) == [f"fleet: processed rows for week {WEEK}", f"fleet: raw rows for week {WEEK}"]
@@ -195,7 +197,7 @@ def test_dg_dev_serves_fleets_definitions_and_stops_on_ctrl_c(tmp_path):
                     keys = sorted("/".join(n["assetKey"]["path"]) for n in json.load(resp)["data"]["assetNodes"])
             except (OSError, KeyError, TypeError):
                 time.sleep(2)
-        assert keys == sorted(["raw/alpha", *PUBLISH]), f"dg dev did not serve fleet's assets (exit {proc.poll()})"
+        assert keys == sorted(["raw/alpha", *PUBLISH, REQUESTS]), f"dg dev did not serve fleet's assets (exit {proc.poll()})"
         os.killpg(proc.pid, signal.SIGINT)
         proc.wait(timeout=90)
     finally:
@@ -237,5 +239,5 @@ def test_the_readmes_defs_yaml_loads_as_written(tmp_path):
     dg(env, project, "scaffold", "defs", COMPONENT, "weekly")
     (project / "other" / "defs" / "weekly" / "defs.yaml").write_text(block)
     listed = _listed(env, project)
-    assert sorted(a["asset_key"] for a in listed["assets"]) == sorted(["raw/example", *PUBLISH])
+    assert sorted(a["asset_key"] for a in listed["assets"]) == sorted(["raw/example", *PUBLISH, REQUESTS])
     assert {s["name"]: s["cron_schedule"] for s in listed["schedules"]}["weekly_fleet"] == "0 6 * * 1"

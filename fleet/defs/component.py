@@ -151,6 +151,7 @@ def build_defs(s: Settings | None = None, spec: FleetSpec | None = None) -> Defi
     from fleet.defs.canary import build_canary
     from fleet.defs.executor import fleet_executor
     from fleet.defs.freshness import freshness_checks
+    from fleet.defs.requests import build_requests_sensor, location_settings, requests_spec
     from fleet.defs.resources import from_settings
     from fleet.scraping.discovery import discover
 
@@ -173,9 +174,12 @@ def build_defs(s: Settings | None = None, spec: FleetSpec | None = None) -> Defi
     resources = from_settings(s, webhook=spec.alert_webhook, routes=spec.alert_routes)
     sensors, schedules = build_automation(scrape_job, publish_job, s.crash_reruns, resources["artifacts"],
                                           cron=spec.schedule, running=spec.schedule_running)
+    # how a command has the daemon run a week (fleet/defs/requests.py)
+    requests = build_requests_sensor(scrape_job, publish_job, [a.key.path[-1] for a in raw],
+                                     location_settings(s, spec.scrapers))
     canary_job, canary_schedule = build_canary(sources)
-    return Definitions(assets=[*raw, *publish], asset_checks=[fresh],
-                       jobs=[scrape_job, publish_job, canary_job, fresh_job], sensors=sensors,
+    return Definitions(assets=[*raw, *publish, requests_spec(parts)], asset_checks=[fresh],
+                       jobs=[scrape_job, publish_job, canary_job, fresh_job], sensors=[*sensors, requests],
                        schedules=[*schedules, canary_schedule, fresh_schedule], executor=scrape_executor(s, spec.preload),
                        resources=resources)
 

@@ -23,19 +23,36 @@ def followed_by(instance, run) -> str | None:
 def follow_up_request(instance, run, max_reruns: int, store):
     """``(action, RunRequest or None)``: what should follow ``run`` under fleet's policy. None when nothing
     should, or when another driver has already launched its follow-up, or when ``run`` stopped because an older
-    run of its week was going (its steps never started; the older run's own follow-up owns the week)."""
+    run of its week was going (its steps never started; the older run's own follow-up owns the week).
+
+    The decision is written on ``run`` as ``fleet/next`` (``rerun: <reason>``, ``publish: <reason>`` or
+    ``none: <reason>``), so a command following a request's runs (fleet/defs/requests.py) knows when the chain has
+    ended without deriving the policy again; a run already followed keeps the decision that launched its follower.
+    A follow-up carries the run's request, driver and console logger config, so it belongs to the same request and
+    prints as much."""
     if tx.TAG_SUPERSEDED in run.tags:
-        return tx.Action("none", run.tags.get(tx.PARTITION_TAG), reason=run.tags[tx.TAG_SUPERSEDED]), None
+        action = tx.Action("none", run.tags.get(tx.PARTITION_TAG), reason=run.tags[tx.TAG_SUPERSEDED])
+        records.add_tags(instance, run.run_id, {tx.TAG_NEXT: f"none: {action.reason}"})
+        return action, None
     outcomes = tx.run_outcomes(instance, run, store)
     action = tx.next_action(instance, run, max_reruns, store, outcomes=outcomes)
     tag = tx.failure_tag(outcomes.values())
-    if tag and run.tags.get(tx.TAG_FAILURE) != tag:
-        records.add_tags(instance, run.run_id, {tx.TAG_FAILURE: tag})
     record_crashes(run, outcomes, store)
     if action.kind in ("rerun", "publish"):
         other = followed_by(instance, run)
         if other:
+            if tag and run.tags.get(tx.TAG_FAILURE) != tag:
+                records.add_tags(instance, run.run_id, {tx.TAG_FAILURE: tag})
+            if tx.TAG_NEXT not in records.run_by_id(instance, run.run_id).tags:  # launched by a driver before the tag
+                kind = records.run_by_id(instance, other).tags.get(tx.TAG_KIND, action.kind)
+                records.add_tags(instance, run.run_id, {tx.TAG_NEXT: f"{kind}: followed up by run {other}"})
             return tx.Action("none", action.week, reason=f"already followed up by run {other}"), None
+    decided = {tx.TAG_NEXT: f"{action.kind}: {action.reason}"}
+    if tag and run.tags.get(tx.TAG_FAILURE) != tag:
+        decided[tx.TAG_FAILURE] = tag
+    records.add_tags(instance, run.run_id, decided)
+    carried = {k: run.tags[k] for k in (tx.TAG_REQUEST, tx.TAG_DRIVER) if k in run.tags}
+    loggers = {"loggers": run.run_config["loggers"]} if (run.run_config or {}).get("loggers") else {}
     if action.kind == "rerun":
         step_keys = {f"{tx.RAW_PREFIX}{s}" for s in action.sources}
         ops = {k: v for k, v in (run.run_config or {}).get("ops", {}).items() if k in step_keys}
@@ -45,14 +62,15 @@ def follow_up_request(instance, run, max_reruns: int, store):
             # the sources' own quality checks only: a selection's default adds every check of its assets, the
             # weekly freshness checks (fleet/defs/freshness.py) included, which judge on their own schedule
             asset_check_keys=quality_checks(action.sources),
-            run_config={"ops": ops} if ops else {},
-            tags={tx.TAG_KIND: "rerun", tx.TAG_ATTEMPT: str(action.attempt), tx.TAG_RECOVERS: run.run_id,
+            run_config={**({"ops": ops} if ops else {}), **loggers},
+            tags={**carried, tx.TAG_KIND: "rerun", tx.TAG_ATTEMPT: str(action.attempt), tx.TAG_RECOVERS: run.run_id,
                   # what the run was allowed to scrape, its re-execution is (pastweek.origin judges by it anyway)
                   **({FORCE_TAG: run.tags[FORCE_TAG]} if FORCE_TAG in run.tags else {})},
         )
     if action.kind == "publish":
         return action, RunRequest(job_name="publish_week", partition_key=action.week, run_key=f"publish:{run.run_id}",
-                                  tags={tx.TAG_KIND: "publish", tx.TAG_RECOVERS: run.run_id})
+                                  run_config=loggers,
+                                  tags={**carried, tx.TAG_KIND: "publish", tx.TAG_RECOVERS: run.run_id})
     return action, None
 
 
