@@ -130,11 +130,18 @@ def build_requests_sensor(scrape_job, publish_job, source_names, settings: dict)
     return fleet_requests
 
 
+def logging_config(verbose: bool) -> dict:
+    """The run config of Dagster's console logger. Without -v it prints nothing: fleet's own lines (a line per
+    source as it ends, then the table) say what happened, and Dagster's lines would say it again, each with the
+    run id twice (its own prefix and fleet's message's). Events reach the event log whatever this level. The one
+    console line no run config reaches (STEP_WORKER_STARTED, logged in each step's process by a log manager of
+    Dagster's defaults) follows the instance's ``python_logs.python_log_level``."""
+    return {"loggers": {"console": {"config": {"log_level": "DEBUG" if verbose else "CRITICAL"}}}}
+
+
 def judge(context, md: dict, week: str, at: float, known: list[str], ours: dict) -> tuple[RunRequest | None, str]:
     """``(RunRequest, what it runs)`` for an acceptable request ``md`` of ``week`` recorded at ``at`` (unix time),
     else ``(None, why not)``."""
-    from fleet.defs.week import _logging
-
     kind, request_id = md["kind"], md["request"]
     if kind not in JOBS:
         return None, f"unknown request kind {kind!r}: one of {', '.join(JOBS)}"
@@ -158,7 +165,7 @@ def judge(context, md: dict, week: str, at: float, known: list[str], ours: dict)
     tags = {**md.get("tags", {}), tx.TAG_KIND: kind, tx.TAG_REQUEST: request_id, tx.TAG_DRIVER: "cli",
             tx.TAG_REQUESTER: json.dumps(md.get("requester"), sort_keys=True),
             **({FORCE_TAG: "true"} if md.get("force") else {})}
-    run_config = _logging(bool(md.get("verbose")))
+    run_config = logging_config(bool(md.get("verbose")))
     if kind == "scrape":
         refresh = bool(md.get("refresh"))
         ops = {f"{tx.RAW_PREFIX}{n}": {"config": {"deep": n in deep, "refresh": refresh}} for n in (sources or known)
