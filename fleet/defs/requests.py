@@ -32,7 +32,8 @@ TTL_S = 600  # a request older than this is refused: its command is gone (killed
 PAGE = 100   # request records the sensor reads per tick; the next tick reads on from its cursor
 # How a refusal names a setting the command and the daemon disagree on.
 SAYS = {"data_remote": "commits to", "branch": "commits on the branch", "prefix": "commits under",
-        "executor": "runs steps with the executor", "scrapers": "loads its scrapers from"}
+        "executor": "runs steps with the executor", "scrapers": "loads its scrapers from",
+        "store": "keeps the artifacts in"}
 
 
 def requests_spec(partitions_def) -> AssetSpec:
@@ -44,10 +45,12 @@ def requests_spec(partitions_def) -> AssetSpec:
 
 def location_settings(s, scrapers) -> dict:
     """The settings a command and the daemon serving its instance must share (``s`` a fleet Settings,
-    ``scrapers`` the scrapers' folders): where the week is committed, how its steps run, which sources there are.
+    ``scrapers`` the scrapers' folders): where the week is committed, how its steps run, which sources there are, and
+    where the artifacts are (the command reports from them).
     The remote without its credentials: they are written in the instance's event log."""
     return {"data_remote": without_credentials(s.data_remote), "branch": s.branch, "prefix": s.prefix,
-            "executor": s.executor, "scrapers": os.pathsep.join(str(p) for p in scrapers)}
+            "executor": s.executor, "scrapers": os.pathsep.join(str(p) for p in scrapers),
+            "store": without_credentials(s.store_url)}
 
 
 def submit(instance, week: str, *, kind: str, sources=(), deep=(), refresh: bool = False, force: bool = False,
