@@ -49,21 +49,28 @@ UNNAMED_S = 150.0    # a daemon whose command died before noting its id beat wit
 CHECK_S = 5.0        # how often check() reads the heartbeats
 STOPPING_S = 30.0    # the longest a supervisor that is stopping holds the lock (its grace is 20 s)
 KEEP_NOTES = 20
+_NOTES_LOCK = threading.Lock()
 ANSI = re.compile(r"\x1b\[[0-9;]*m")  # the colours of Dagster's log lines
 
 
+def _said(fh) -> dict:
+    """What the daemon lock's holder wrote in it: pid, start, kind, log, stopping (or what one that died left)."""
+    fh.seek(0)
+    try:
+        return json.loads(fh.read() or "{}")
+    except ValueError:
+        return {}
+
+
 def holder(home: Path) -> dict | None:
-    """Who holds ``home``'s daemon lock (what it wrote: pid, start, kind, log, stopping), or None when it is free.
-    Not to be called by the process that holds it: closing another descriptor of the file would release it."""
+    """Who holds ``home``'s daemon lock (:func:`_said`), or None when it is free. It takes the lock for a moment:
+    not while a supervisor may be starting (it would find it taken), nor in the process that holds it (closing
+    another descriptor of the file releases it)."""
     with open(home / LOCK, "a+") as fh:
         try:
             fcntl.lockf(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
-            fh.seek(0)
-            try:
-                return json.loads(fh.read() or "{}")
-            except ValueError:
-                return {}
+            return _said(fh)
         fcntl.lockf(fh, fcntl.LOCK_UN)
         return None
 
@@ -71,7 +78,7 @@ def holder(home: Path) -> dict | None:
 def _notes(home: Path, change=None) -> list[dict]:
     """The daemons fleet started here, newest last: ``{"start": unix time, "ids": [daemon id], "end": unix time}``
     (``end`` once it is gone, if its command saw it go); ``change`` (a function of the list) updates them."""
-    with open(home / NOTES, "a+") as fh:
+    with _NOTES_LOCK, open(home / NOTES, "a+") as fh:  # lockf keeps other processes out, not other threads
         fcntl.lockf(fh, fcntl.LOCK_EX)
         fh.seek(0)
         try:
@@ -346,13 +353,20 @@ def _start(s, instance, home: Path, entered: float, verbose: bool) -> Daemon:
         stdout=2 if verbose else subprocess.DEVNULL, process_group=0)
     used = Daemon(instance, home, entered, proc=proc, log=log, offset=offset)
     deadline = time.monotonic() + WAIT_S
-    while (holder(home) or {}).get("pid") != proc.pid:
-        used.check()  # exited: says why
-        if time.monotonic() > deadline:
-            proc.kill()
-            raise FleetError(f"the daemon's supervisor (pid {proc.pid}) did not take {home / LOCK} in "
-                             f"{WAIT_S:.0f} s{_tail(log, offset)}")
-        time.sleep(0.05)
+    try:
+        while True:
+            with open(home / LOCK, "a+") as fh:  # read, not locked: the supervisor is taking it
+                if _said(fh).get("pid") == proc.pid:
+                    break
+            used.check()  # exited: says why
+            if time.monotonic() > deadline:
+                raise FleetError(f"the daemon's supervisor (pid {proc.pid}) did not take {home / LOCK} in "
+                                 f"{WAIT_S:.0f} s{_tail(log, offset)}")
+            time.sleep(0.05)
+    except BaseException:  # not left running for the rest of this process
+        proc.kill()
+        proc.wait()
+        raise
     return used
 
 
@@ -385,11 +399,7 @@ def hosting(s, echo=click.echo):
             try:
                 fcntl.lockf(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except OSError:
-                fh.seek(0)
-                try:
-                    who = json.loads(fh.read() or "{}")
-                except ValueError:
-                    who = {}
+                who = _said(fh)
                 if who.get("kind") == "ui":
                     raise FleetError(f"`fleet ui` (pid {who.get('pid')}) already runs this instance's daemon; "
                                      "not starting a second: use its UI, or stop it") from None

@@ -101,7 +101,8 @@ def supervise(parent: int, log: str, command: list[str]) -> int:
         lock.flush()
 
     say()
-    print(f"fleet daemon_host {os.getpid()}: {' '.join(command)}", flush=True)
+    if log != "-":  # where this start's lines begin
+        print(f"fleet daemon_host {os.getpid()}: {' '.join(command)}", flush=True)
     child = subprocess.Popen([sys.executable, "-m", "fleet.defs.daemon_host", "--exec", str(os.getpid()), "--",
                               *command], stdin=subprocess.DEVNULL)
     while True:
