@@ -44,7 +44,7 @@ BEATS = ("SENSOR", "QUEUED_RUN_COORDINATOR")  # the daemons a week's runs need: 
 # A heartbeat is fresh for 75 s: Dagster's daemons beat every 30 s; twice that, and 15 s for the clocks of two
 # hosts sharing a Postgres instance (Dagster's own status check allows 1,800 s, which is far too lax here).
 FRESH_S = 75.0
-WAIT_S = 120.0       # the longest a daemon may take to heartbeat first (measured 3-5 s on a loaded machine)
+WAIT_S = 120.0       # the longest a daemon may take to heartbeat first (measured 5-8 s at a load of 7-14 on 2 cores)
 UNNAMED_S = 150.0    # a daemon whose command died before noting its id beat within this of its start, if at all
 CHECK_S = 5.0        # how often check() reads the heartbeats
 STOPPING_S = 30.0    # the longest a supervisor that is stopping holds the lock (its grace is 20 s)
