@@ -26,6 +26,10 @@ NON_PUBLIC = {
     "EventLogStorage.get_concurrency_info": "a pool's limit",
     "EventLogStorage.get_asset_check_execution_history": "the checks the UI shows as failed",
     "DagsterInstance.run_monitoring_start_timeout_seconds": "the grace before a run worker records itself",
+    "DagsterInstance.get_daemon_heartbeats": "each daemon's latest heartbeat (its time and daemon id), to tell "
+                                             "whether a daemon serves the instance and whether fleet started it "
+                                             "(fleet/defs/daemon.py); the public `dagster-daemon liveness-check` "
+                                             "answers only yes or no, and costs ~1.5 s of a core per command",
     "RunLauncher._instance": "the instance of fleet's run launcher (fleet/defs/compat.py)",
     "RunLauncher.check_run_worker_health, supports_check_run_worker_health": "the run-worker health check fleet's "
                                                                             "launcher gives run monitoring",
@@ -132,6 +136,16 @@ def materialized(instance, key: AssetKey, partition: str) -> bool:
 def check_history(instance, key, limit: int = 1000) -> list:
     """The executions of asset check ``key``, newest first."""
     return instance.event_log_storage.get_asset_check_execution_history(key, limit=limit)
+
+
+# --- the daemons ------------------------------------------------------------------------------------------------
+
+
+def daemon_heartbeats(instance) -> dict:
+    """Each daemon type's latest heartbeat (``timestamp``, ``daemon_type``, ``daemon_id``) by type ("SENSOR",
+    "QUEUED_RUN_COORDINATOR", ...): Dagster's daemons write one every 30 s, each `dagster-daemon` process with a
+    daemon id of its own."""
+    return dict(instance.get_daemon_heartbeats())
 
 
 # --- the run launcher and a reading thread's instance ----------------------------------------------------------

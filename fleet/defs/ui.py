@@ -1,5 +1,6 @@
 """`fleet ui`: Dagster's webserver and daemon (`dagster dev` on workspace.yaml) as a child of this process, with the
-instance, store and broker checked first, and stopped with it however this process is stopped."""
+instance, store and broker checked first, and stopped with it however this process is stopped. While it runs, its
+daemon is the instance's: fleet's other commands use it and start none (fleet/defs/daemon.py)."""
 from __future__ import annotations
 
 import contextlib
@@ -11,6 +12,7 @@ import click
 
 from fleet import config
 from fleet.config import PROJECT_ROOT, settings
+from fleet.defs import daemon
 from fleet.storage.open import host_store
 from fleet.defs.week import demo_data_remote, say_sandbox
 
@@ -42,6 +44,7 @@ def serve(port: int, demo: bool | None, echo=click.echo) -> int:
     # `dagster dev` runs in the checkout; its code server and runs must use this home, as this process does
     config.export(FLEET_HOME=str(s.home))
     with contextlib.ExitStack() as stack:
+        stack.enter_context(daemon.hosting(s, echo))  # after a daemon another command started has stopped
         if use_demo:
             from fleet.demo.sites import DemoSites
 
