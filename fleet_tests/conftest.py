@@ -137,7 +137,7 @@ def free_port() -> int:
 
 
 SENSOR_TICKS = """query($after: Float!) { sensorsOrError(repositorySelector: {
-  repositoryLocationName: "fleet.defs.definitions:defs", repositoryName: "__repository__"}) { ... on Sensors {
+  repositoryLocationName: "fleet", repositoryName: "__repository__"}) { ... on Sensors {
   results { name sensorState { status ticks(afterTimestamp: $after) { status } } } } } }"""
 
 

@@ -408,9 +408,9 @@ def test_fleet_status_lists_the_failed_checks_dagster_records_for_the_week(site,
 # ---------------------------------------------------------------- 4. automation
 
 
-SENSORS = """{ sensorsOrError(repositorySelector: {repositoryLocationName: "fleet.defs.definitions:defs",
+SENSORS = """{ sensorsOrError(repositorySelector: {repositoryLocationName: "fleet",
   repositoryName: "__repository__"}) { ... on Sensors { results { name sensorState { status } } } } }"""
-SCHEDULE = """{ scheduleOrError(scheduleSelector: {repositoryLocationName: "fleet.defs.definitions:defs",
+SCHEDULE = """{ scheduleOrError(scheduleSelector: {repositoryLocationName: "fleet",
   repositoryName: "__repository__", scheduleName: "weekly_fleet"}) { ... on Schedule { scheduleState { status } } } }"""
 
 

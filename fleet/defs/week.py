@@ -232,8 +232,7 @@ def precheck_week(instance, week: str, echo) -> None:
     from dagster import DagsterRunStatus
 
     from fleet import records
-    from fleet.defs.claim import describe_run
-    from fleet.defs.requests import requested_by_gone_command
+    from fleet.defs.claim import describe_run, requested_by_gone_command
     from fleet.policy import taxonomy as tx
 
     unfinished = records.run_records(instance, {tx.PARTITION_TAG: week},
