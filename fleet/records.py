@@ -127,6 +127,14 @@ def pool_limit(instance, pool: str) -> int | None:
     return None
 
 
+def pool_holders(instance, pool: str) -> set[str]:
+    """The ids of the runs whose steps hold slots of ``pool`` now."""
+    storage = instance.event_log_storage
+    if pool not in set(storage.get_concurrency_keys()):
+        return set()
+    return {slot.run_id for slot in storage.get_concurrency_info(pool).claimed_slots}
+
+
 def materialized(instance, key: AssetKey, partition: str) -> bool:
     """Whether ``key`` has a materialization of ``partition`` (``DagsterInstance.fetch_materializations``, public)."""
     found = instance.fetch_materializations(AssetRecordsFilter(asset_key=key, asset_partitions=[partition]), limit=1)

@@ -33,7 +33,7 @@ from pathlib import Path
 
 import click
 
-from fleet.config import PROJECT_ROOT
+from fleet.config import PROJECT_ROOT, settings
 from fleet.defs.daemon_host import LOCK
 from fleet.errors import FleetError
 
@@ -247,10 +247,13 @@ class Daemon:
         from dagster import DagsterRunStatus
 
         from fleet import records
+        from fleet.defs.instance import POOL
 
         waiting = {DagsterRunStatus.QUEUED, DagsterRunStatus.NOT_STARTED, DagsterRunStatus.STARTING,
                    DagsterRunStatus.STARTED, DagsterRunStatus.CANCELING}
         said = set()
+        # its monitoring passes every FLEET_RUN_MONITOR_S; two passes and a margin, then it stops all the same
+        freed_by = time.monotonic() + 2 * settings().run_monitor_s + 5
         try:
             while self._proc.poll() is None:
                 try:
@@ -263,7 +266,19 @@ class Daemon:
                     continue
                 busy = records.run_records(self._instance, statuses=waiting, limit=1)
                 if not busy:
-                    break
+                    # the scrapers pool's slots a finished run's dead steps held: our daemon's run monitoring gives
+                    # them back a second after the run ended, at its next pass; stopped first, they would wait for
+                    # the next daemon
+                    held = records.pool_holders(self._instance, POOL) if time.monotonic() < freed_by else set()
+                    if not held:
+                        break
+                    if "slots" not in said:
+                        echo(f"fleet: keeping the daemon up until it gives back the scrapers pool's slots of "
+                             f"run {sorted(held)[0]}")
+                        said.add("slots")
+                    fcntl.lockf(clients, fcntl.LOCK_SH)
+                    time.sleep(0.5)
+                    continue
                 fcntl.lockf(clients, fcntl.LOCK_SH)  # a command arriving meanwhile may use it
                 if "runs" not in said:
                     run = busy[0].dagster_run
