@@ -6,6 +6,7 @@ client only checks first, follows the runs and reports. `fleet commit` is no Dag
 code; what it prints is in fleet/defs/report.py."""
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import sys
 import time
@@ -118,23 +119,24 @@ def _weeks(weeks: list[str], sources: tuple[str, ...] = (), deep: tuple[str, ...
 
     s = settings()
     instance, names = _checks(sources, deep)
-    if not each:
+    worst = EXIT_OK
+    if each:  # a backfill: its past weeks that would scrape today's web are skipped, before any daemon starts
+        refused = {w: why for w in weeks if not force and (why := past_week_refusal(w))}
+        for why in refused.values():
+            echo(f"fleet: {why}", err=True)
+            worst = EXIT_NOTHING
+        weeks = [w for w in weeks if w not in refused]
+        if not weeks:
+            return worst
+    else:
         precheck_week(instance, weeks[0], echo)
     say_sandbox(s.home, echo)  # after every refusal: a bad setting is the one line a refused run prints
-    worst = EXIT_OK
     with daemon.serving(s, instance, echo, verbose) as serving:
         for week in weeks:
-            if not each:
+            with hold_week(s.home, week) if each else contextlib.nullcontext():
+                if each:
+                    precheck_week(instance, week, echo)
                 worst = max(worst, _scrape(instance, serving, week, names, sources, deep, refresh, force, echo, verbose))
-                continue
-            with hold_week(s.home, week):
-                why = None if force else past_week_refusal(week)
-                if why:
-                    echo(f"fleet: {why}", err=True)
-                    worst = max(worst, EXIT_NOTHING)
-                    continue
-                precheck_week(instance, week, echo)
-                worst = max(worst, _scrape(instance, serving, week, names, force=force, echo=echo))
     return worst
 
 
