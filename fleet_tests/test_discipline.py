@@ -1,4 +1,5 @@
 """Run discipline: one run per week, kill -9 at any point then rerun, reprocess, refusal of past weeks."""
+import datetime as dt
 import os
 import shutil
 import signal
@@ -84,8 +85,13 @@ def test_west_of_utc_late_on_sunday_the_default_week_is_the_one_the_past_week_gu
         pytest.fail("faketime is not installed (Debian's faketime package; .ci/setup installs it)")
     env = {**_steady_env(fleet_env), "TZ": "America/Los_Angeles"}
 
+    # An offset from now (not a fixed start, which libfaketime resets in each new process): the command, the daemon
+    # it starts, its code server and the run's processes share one clock, as a machine in Los Angeles would.
+    sunday = dt.datetime(2026, 11, 30, 7, 30, tzinfo=dt.timezone.utc)  # 23:30 on Sunday in Los Angeles
+
     def fleet(*args):
-        return subprocess.run(["faketime", "-f", "@2026-11-29 23:30:00", sys.executable, "-m", "fleet.cli", *args],
+        offset = int((sunday - dt.datetime.now(dt.timezone.utc)).total_seconds())
+        return subprocess.run(["faketime", "-f", f"{offset:+d}", sys.executable, "-m", "fleet.cli", *args],
                               env=env, cwd=fleet_env.home, capture_output=True, text=True, timeout=420)
 
     res = fleet("run")
