@@ -63,7 +63,7 @@ def run(week: str, sources: tuple[str, ...] = (), deep: tuple[str, ...] = (), re
         with DemoSites() as sites:
             config.export(FLEET_DEMO_URL=sites.url)  # the demo scrapers, the daemon and every step of the run read it
             echo(f"fleet: demo sites at {sites.url}")
-            return _weeks([week], sources, deep, refresh, force, echo, verbose)
+            return _weeks([week], sources, deep, refresh, force, echo, verbose, demo=True)
 
 
 def backfill(first: str, last: str, force: bool, echo=click.echo) -> int:
@@ -110,10 +110,10 @@ def _checks(sources: tuple[str, ...], deep: tuple[str, ...]):
 
 
 def _weeks(weeks: list[str], sources: tuple[str, ...] = (), deep: tuple[str, ...] = (), refresh: bool = False,
-           force: bool = False, echo=click.echo, verbose: bool = False, each: bool = False) -> int:
+           force: bool = False, echo=click.echo, verbose: bool = False, each: bool = False, demo: bool = False) -> int:
     """Scrape ``weeks`` one after another through the daemon serving the instance, or one started for this command
-    (fleet/defs/daemon.py); ``each``: take each week's lock and judge its past-week rule here (a backfill). The worst
-    week's exit code."""
+    (fleet/defs/daemon.py); ``each``: take each week's lock and judge its past-week rule here (a backfill); ``demo``:
+    the demo sites serve from this process, so the daemon must be this command's own. The worst week's exit code."""
     from fleet.defs import daemon
     from fleet.defs.claim import hold_week
 
@@ -132,6 +132,9 @@ def _weeks(weeks: list[str], sources: tuple[str, ...] = (), deep: tuple[str, ...
         precheck_week(instance, weeks[0], echo)
     say_sandbox(s.home, echo)  # after every refusal: a bad setting is the one line a refused run prints
     with daemon.serving(s, instance, echo, verbose) as serving:
+        if demo and not serving.ours:
+            raise FleetError(f"`fleet demo` serves its demo sites from this process, which {serving.describe()} and "
+                             "its runs do not know of: stop that daemon, or give the demo a FLEET_HOME of its own")
         for week in weeks:
             with hold_week(s.home, week) if each else contextlib.nullcontext():
                 if each:
