@@ -11,7 +11,7 @@ import sys
 import time
 import traceback
 
-from bench.util import environ
+from bench.util import process_state, restore
 
 ORDER = ["consolidate", "commit", "many_sources", "deep_phase", "fleet_overhead", "crash_recovery", "scale_out",
          "trace_cost"]
@@ -41,12 +41,7 @@ def main(argv=None) -> int:
         repeats = args.repeats or (1 if args.smoke else DEFAULT_REPEATS[name][0 if args.quick else 1])
         t = time.perf_counter()
         print(f"[bench] {name} ({size}, {repeats} repeats) ...", file=sys.stderr, flush=True)
-        try:
-            with environ():  # each bench leaves the environment as it found it
-                res = importlib.import_module(MODULES[name]).run(size, repeats)
-        except Exception as exc:  # one broken benchmark does not hide the others
-            traceback.print_exc()
-            res = {"ratio": None, "goal": None, "ok": False, "error": f"{type(exc).__name__}: {exc}"[:2000]}
+        res = run_one(name, size, repeats)
         res["bench_seconds"] = round(time.perf_counter() - t, 1)
         results[name] = res
         print(f"[bench] {name} done in {res['bench_seconds']}s", file=sys.stderr, flush=True)
@@ -54,6 +49,25 @@ def main(argv=None) -> int:
             json.dump(results, fh, indent=1)
     print(table(results))
     return 0
+
+
+def run_one(name: str, size: str, repeats: int) -> dict:
+    """Benchmark ``name``'s result, or its error (one broken benchmark does not hide the others). Each bench must
+    leave the process as it found it (bench.util.process_state): what one left behind is put back before the next
+    starts, and fails the bench that left it, naming it, so that it is fixed where it is set."""
+    before = process_state()
+    try:
+        res = importlib.import_module(MODULES[name]).run(size, repeats)
+    except Exception as exc:
+        traceback.print_exc()
+        res = {"ratio": None, "goal": None, "ok": False, "error": f"{type(exc).__name__}: {exc}"[:2000]}
+    finally:
+        left = restore(before)
+    if left:
+        res["ok"] = False
+        res["error"] = "; ".join([*filter(None, [res.get("error")]),
+                                  f"it left behind (put back since): {', '.join(left)}"])
+    return res
 
 
 def _extra(name: str, r: dict) -> str:

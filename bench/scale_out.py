@@ -231,7 +231,6 @@ def where_time_went(instance, record, slots: int | None, waits_s: float) -> dict
 
 
 def run(size: str, repeats: int) -> dict:  # one size (SCALE_OUT_* choose another); smoke: the smallest
-    sys.path.insert(0, str(ROOT))
     from fleet.demo.sites import DemoSites
     from fleet_tests.gitremote import make_remote
     from fleet_tests.services import Postgres, Redis

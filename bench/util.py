@@ -142,8 +142,8 @@ def rnd(x, n=3):
 
 @contextlib.contextmanager
 def environ(**changes: str):
-    """``os.environ`` with ``changes`` inside the block, and exactly as it was after it (what a bench set never
-    reaches the next bench: a FLEET_POSTGRES_URL left behind named a Postgres that was gone)."""
+    """``os.environ`` with ``changes`` inside the block, and exactly as it was after it: for a setting a bench needs
+    in its own process for a moment (scale_out reading its instance's dagster.yaml, which names its Postgres)."""
     before = dict(os.environ)
     os.environ.update(changes)
     try:
@@ -151,3 +151,31 @@ def environ(**changes: str):
     finally:
         os.environ.clear()
         os.environ.update(before)
+
+
+def process_state() -> dict:
+    """What one bench could leave behind for the next in this process: the environment, the working folder and
+    ``sys.path`` (a FLEET_POSTGRES_URL left set once made the next bench's FLEET_HOME name a Postgres that was gone)."""
+    return {"env": dict(os.environ), "cwd": os.getcwd(), "path": list(sys.path)}
+
+
+def restore(before: dict) -> list[str]:
+    """Put the process back as :func:`process_state` found it; return what had changed (variables by name only:
+    their values may be secrets), empty when nothing had."""
+    env, was = dict(os.environ), before["env"]
+    left = [f"{k} {'changed' if k in was else 'set'}" for k in sorted(env) if was.get(k) != env[k]]
+    left += [f"{k} unset" for k in sorted(set(was) - set(env))]
+    if left:
+        os.environ.clear()
+        os.environ.update(was)
+    try:
+        cwd = os.getcwd()
+    except FileNotFoundError:  # a folder the bench removed
+        cwd = None
+    if cwd != before["cwd"]:
+        left.append(f"working folder {cwd}")
+        os.chdir(before["cwd"])
+    if sys.path != before["path"]:
+        left.append("sys.path")
+        sys.path[:] = before["path"]
+    return left

@@ -87,11 +87,61 @@ def test_the_timeline_reads_a_real_weeks_runs_and_slots(fleet_env):
     assert table.returncode == 0 and f"week {WEEK}" in table.stdout and "scraping: 3 sources" in table.stdout, table
 
 
+def _fake_bench(name: str, run):
+    import types
+
+    module = types.ModuleType(name)
+    module.run = run
+    return module
+
+
+def test_what_a_bench_leaves_behind_is_put_back_before_the_next_and_fails_it(tmp_path, monkeypatch):
+    # `python -m bench` runs every bench in one process: scale_out once left FLEET_POSTGRES_URL set, and the next
+    # bench's FLEET_HOME got a dagster.yaml naming a Postgres that was gone. Here a bench sets it (and moves the
+    # working folder, adds to sys.path); one raises after setting another; the bench after them finds neither.
+    from bench import __main__ as bench_main
+
+    monkeypatch.delenv("FLEET_POSTGRES_URL", raising=False)
+    monkeypatch.delenv("FLEET_BENCH_LEAK", raising=False)
+    cwd, path, seen = os.getcwd(), list(sys.path), {}
+
+    def leaky(size, repeats):
+        os.environ["FLEET_POSTGRES_URL"] = "postgresql://127.0.0.1:1/gone"
+        os.chdir(tmp_path)
+        sys.path.insert(0, str(tmp_path))
+        return {"ratio": 1.0, "goal": 1.0, "ok": True}
+
+    def broken(size, repeats):
+        os.environ["FLEET_BENCH_LEAK"] = "1"
+        raise RuntimeError("the bench broke")
+
+    def after(size, repeats):
+        seen.update(url=os.environ.get("FLEET_POSTGRES_URL"), leak=os.environ.get("FLEET_BENCH_LEAK"),
+                    cwd=os.getcwd(), path=list(sys.path))
+        return {"ratio": 1.0, "goal": 1.0, "ok": True}
+
+    for name, run in (("leaky", leaky), ("broken", broken), ("after", after)):
+        monkeypatch.setitem(sys.modules, f"fake_bench_{name}", _fake_bench(f"fake_bench_{name}", run))
+        monkeypatch.setitem(bench_main.MODULES, name, f"fake_bench_{name}")
+    out = tmp_path / "results.json"
+    assert bench_main.main(["--smoke", "--only", "leaky,broken,after", "--out", str(out)]) == 0
+    r = json.loads(out.read_text())
+    assert seen == {"url": None, "leak": None, "cwd": cwd, "path": path}, seen
+    assert "FLEET_POSTGRES_URL" not in os.environ and os.getcwd() == cwd and sys.path == path
+    assert r["leaky"]["ok"] is False and r["leaky"]["ratio"] == 1.0, r  # its numbers are kept, and it fails
+    assert r["leaky"]["error"] == (f"it left behind (put back since): FLEET_POSTGRES_URL set, working folder "
+                                   f"{tmp_path}, sys.path"), r
+    assert r["broken"]["error"].startswith("RuntimeError: the bench broke; it left behind"), r
+    assert "FLEET_BENCH_LEAK set" in r["broken"]["error"], r
+    assert r["after"]["ok"] is True and "error" not in r["after"], r
+
+
 @pytest.mark.parametrize("name", ORDER)
 def test_every_bench_runs_at_its_smallest_size(name, tmp_path):
     # `python -m bench --smoke`: each bench end to end, once, at its smallest size, so that a change of layout, of
     # a setting or of an API a bench uses breaks this test rather than, silently, the bench. Its numbers mean
-    # nothing here (timing goals live in the bench), only that it produced them.
+    # nothing here (timing goals live in the bench), only that it produced them. A bench that leaves the process
+    # other than it found it (an environment variable, the working folder) fails here too: its result says so.
     out = tmp_path / "results.json"
     env = {k: v for k, v in os.environ.items() if not k.startswith("FLEET_") and k != "DAGSTER_HOME"}
     env.update(PYTHONPATH=str(ROOT), FLEET_HOME=str(tmp_path / "home"))  # each bench sets up the rest itself
