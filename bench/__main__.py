@@ -11,6 +11,8 @@ import sys
 import time
 import traceback
 
+import polars  # noqa: F401  (sets _RJEM_MALLOC_CONF when first imported: the process's setting, not a bench's)
+
 from bench.util import process_state, restore
 
 ORDER = ["consolidate", "commit", "many_sources", "deep_phase", "fleet_overhead", "crash_recovery", "scale_out",
