@@ -1,5 +1,4 @@
 """Run discipline: one run per week, kill -9 at any point then rerun, reprocess, refusal of past weeks."""
-import datetime as dt
 import os
 import shutil
 import signal
@@ -80,25 +79,23 @@ def test_reprocess_and_past_weeks(fleet_env):
 def test_west_of_utc_late_on_sunday_the_default_week_is_the_one_the_past_week_guard_accepts(fleet_env):
     """Sunday 2026-11-29 23:30 in Los Angeles is Monday 07:30 in UTC: the week of 2026-11-23 is complete. The
     default week is judged in UTC, as "past" is; judged in local time it was 2026-11-16, which the guard refused
-    as past."""
+    as past. The command alone runs at the faked time (libfaketime; the week's runs would be the daemon's, on the
+    real clock): the guard accepts the default week, so the command goes on to its next check, which refuses the
+    unknown source; and `fleet status` names that week."""
     if shutil.which("faketime") is None:
         pytest.fail("faketime is not installed (Debian's faketime package; .ci/setup installs it)")
     env = {**_steady_env(fleet_env), "TZ": "America/Los_Angeles"}
 
-    # An offset from now (not a fixed start, which libfaketime resets in each new process): the command, the daemon
-    # it starts, its code server and the run's processes share one clock, as a machine in Los Angeles would.
-    sunday = dt.datetime(2026, 11, 30, 7, 30, tzinfo=dt.timezone.utc)  # 23:30 on Sunday in Los Angeles
-
     def fleet(*args):
-        offset = int((sunday - dt.datetime.now(dt.timezone.utc)).total_seconds())
-        return subprocess.run(["faketime", "-f", f"{offset:+d}", sys.executable, "-m", "fleet.cli", *args],
+        return subprocess.run(["faketime", "-f", "@2026-11-29 23:30:00", sys.executable, "-m", "fleet.cli", *args],
                               env=env, cwd=fleet_env.home, capture_output=True, text=True, timeout=420)
 
-    res = fleet("run")
-    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
-    assert "fleet: scraping week 2026-11-23 " in res.stdout
-    assert log(fleet_env.remote)[1]["subject"] == "fleet: raw rows for week 2026-11-23"
+    res = fleet("run", "--source", "no_such_source")
+    assert res.returncode == 2, res.stdout[-2000:] + res.stderr[-2000:]
+    assert res.stderr.count("\n") == 1 and "unknown source(s): no_such_source; known: steady" in res.stderr, res.stderr
     assert fleet("status").stdout.startswith("week 2026-11-23\n")
+    later = fleet("run", "--week", "2026-11-16", "--source", "no_such_source")  # the week before: past, refused first
+    assert later.returncode == 2 and "2026-11-16" in later.stderr and "--force" in later.stderr, later.stderr
 
 
 def test_a_past_week_with_a_failed_source_is_not_scraped_now_without_force(fleet_env):
