@@ -163,7 +163,7 @@ def build_defs(s: Settings | None = None, spec: FleetSpec | None = None) -> Defi
     fresh, fresh_job, fresh_schedule = freshness_checks([a.key for a in raw], spec.freshness, s.start_week)
     publish = publish_assets(sources, parts)
     # the freshness checks judge the due week on their own schedule, never inside a week's scrape
-    scrape_job = define_asset_job("scrape_week", selection=AssetSelection.groups(RAW_GROUP) - AssetSelection.checks(fresh),
+    scrape_job = define_asset_job("scrape_week", selection=AssetSelection.groups(RAW_GROUP) - AssetSelection.checks(*fresh),
                                   description="Scrape every source for one week (raw/<source> assets).")
     # The publish stage is four steps in a chain on stored artifacts: they run one after another in the run's
     # process. A crash loses nothing, since each step's result is persisted and the raw commit lands before
@@ -178,7 +178,7 @@ def build_defs(s: Settings | None = None, spec: FleetSpec | None = None) -> Defi
     requests = build_requests_sensor(scrape_job, publish_job, [a.key.path[-1] for a in raw],
                                      location_settings(s, spec.scrapers))
     canary_job, canary_schedule = build_canary(sources)
-    return Definitions(assets=[*raw, *publish, requests_spec(parts)], asset_checks=[fresh],
+    return Definitions(assets=[*raw, *publish, requests_spec(parts)], asset_checks=fresh,
                        jobs=[scrape_job, publish_job, canary_job, fresh_job], sensors=[*sensors, requests],
                        schedules=[*schedules, canary_schedule, fresh_schedule], executor=scrape_executor(s, spec.preload),
                        resources=resources)
