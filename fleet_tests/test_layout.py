@@ -79,4 +79,4 @@ def test_the_records_adapter_is_a_leaf_every_layer_may_import():
     graph = _graph()
     assert graph["fleet.records"] == set()
     readers = sorted(m for m, targets in graph.items() if "fleet.records" in targets)
-    assert {"fleet.policy.taxonomy", "fleet.policy.followup", "fleet.defs.claim"} <= set(readers)
+    assert {"fleet.policy.taxonomy", "fleet.policy.followup", "fleet.defs.daemon"} <= set(readers)

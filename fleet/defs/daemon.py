@@ -33,6 +33,7 @@ from pathlib import Path
 
 import click
 
+from fleet import config
 from fleet.config import PROJECT_ROOT, settings
 from fleet.defs.daemon_host import LOCK
 from fleet.errors import FleetError
@@ -46,6 +47,7 @@ BEATS = ("SENSOR", "QUEUED_RUN_COORDINATOR")  # the daemons a week's runs need: 
 FRESH_S = 75.0
 WAIT_S = 120.0       # the longest a daemon may take to heartbeat first (measured 5-8 s at a load of 7-14 on 2 cores)
 UNNAMED_S = 150.0    # a daemon whose command died before noting its id beat within this of its start, if at all
+STALE_S = 300.0      # a daemon fleet did not start, silent this long, is gone (Dagster's own check allows 1,800 s)
 CHECK_S = 5.0        # how often check() reads the heartbeats
 STOPPING_S = 30.0    # the longest a supervisor that is stopping holds the lock (its grace is 20 s)
 KEEP_NOTES = 20
@@ -177,8 +179,8 @@ class Daemon:
         return f"{kind} (pid {self._who.get('pid')})"
 
     def check(self) -> None:
-        """Raise a FleetError when the daemon is gone: ours exited by itself, or the daemon used has not
-        heartbeaten for FRESH_S (or not at all within WAIT_S of its start)."""
+        """Raise a FleetError when the daemon is gone: ours exited by itself (or never heartbeat within WAIT_S of
+        its start), or another's has not heartbeaten for STALE_S."""
         from fleet import records
 
         if self.ours and not self._stopping and self._proc.poll() is not None:
@@ -192,7 +194,9 @@ class Daemon:
         oldest = min(times) if len(times) == len(BEATS) else 0.0
         self._seen = self._seen or oldest >= self._since
         age = time.time() - oldest
-        if self._seen and age > FRESH_S:
+        # ours lives while its process does (a daemon thread busy for a minute on a loaded machine skips beats);
+        # another's, until it has been silent for STALE_S
+        if self._seen and age > STALE_S and not self.ours:
             raise FleetError(f"{self.describe()} has not heartbeaten for {age:.0f} s ({', '.join(BEATS)}): it is "
                              f"stopped or stuck{_tail(self._log, self._offset) if self.ours else ''}")
         if not self._seen and time.time() - self._since > WAIT_S:
@@ -362,9 +366,9 @@ def _start(s, instance, home: Path, entered: float, verbose: bool) -> Daemon:
         offset = log.stat().st_size if log.exists() else 0
     _note(home, entered)  # before it can heartbeat: its beats are fleet's even if this command dies unnoted
     proc = subprocess.Popen(
-        [sys.executable, "-m", "fleet.defs.daemon_host", "--parent", str(os.getpid()), "--log", str(log or "-"),
-         "--", *_command(verbose)],
-        cwd=PROJECT_ROOT, env={**os.environ, "DAGSTER_HOME": str(home)}, stdin=subprocess.DEVNULL,
+        [sys.executable, "-m", "fleet.defs.daemon_host", "--parent", str(os.getpid()), "--home", str(home),
+         "--log", str(log or "-"), "--", *_command(verbose)],
+        cwd=PROJECT_ROOT, env=config.process_env(DAGSTER_HOME=str(home)), stdin=subprocess.DEVNULL,
         stdout=2 if verbose else subprocess.DEVNULL, process_group=0)
     used = Daemon(instance, home, entered, proc=proc, log=log, offset=offset)
     deadline = time.monotonic() + WAIT_S

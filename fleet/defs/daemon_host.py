@@ -1,6 +1,6 @@
 """The supervisor of a Dagster daemon that a fleet command starts for its own duration (fleet/defs/daemon.py):
 
-    python -m fleet.defs.daemon_host --parent PID --log PATH|- -- COMMAND...
+    python -m fleet.defs.daemon_host --parent PID --home DAGSTER_HOME --log PATH|- -- COMMAND...
 
 It dies with the command (PID): the kernel sends it SIGTERM when the thread of PID that started it ends
 (``PR_SET_PDEATHSIG``), and COMMAND dies with it the same way, so a command killed with -9 leaves no daemon behind.
@@ -9,7 +9,7 @@ on SIGTERM, SIGINT or SIGHUP it sends the group SIGTERM, gives it 20 s, then SIG
 COMMAND exits by itself it stops the rest of the group the same way and exits with COMMAND's code. COMMAND's output
 goes to the log PATH (appended), or with ``-`` where the supervisor's goes.
 
-While it lives it holds a ``lockf`` on ``DAGSTER_HOME/.fleet-daemon.lock``, with who it is written in it: that is how
+While it lives it holds a ``lockf`` on ``DAGSTER_HOME/.fleet-daemon.lock`` (``--home``), with who it is written in it: that is how
 another fleet command tells that a daemon fleet started lives. Standard library only (no Dagster), so it starts
 in a few tens of milliseconds."""
 from __future__ import annotations
@@ -76,7 +76,7 @@ def stop_group(child: subprocess.Popen) -> None:
         time.sleep(0.1)
 
 
-def supervise(parent: int, log: str, command: list[str]) -> int:
+def supervise(parent: int, home: str, log: str, command: list[str]) -> int:
     signal.pthread_sigmask(signal.SIG_BLOCK, WAITED)  # taken below with sigtimedwait, never by a handler
     die_with_parent(parent)
     if log != "-":
@@ -85,7 +85,7 @@ def supervise(parent: int, log: str, command: list[str]) -> int:
         os.dup2(fd, 2)
         os.close(fd)
     started = time.time()
-    lock = open(os.path.join(os.environ["DAGSTER_HOME"], LOCK), "a+")
+    lock = open(os.path.join(home, LOCK), "a+")
     try:
         fcntl.lockf(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:
@@ -128,12 +128,13 @@ def main(argv: list[str]) -> int:
     try:
         split = argv.index("--")
         opts = dict(zip(argv[:split:2], argv[1:split:2]))
-        parent, log, command = int(opts["--parent"]), opts["--log"], argv[split + 1:]
+        parent, home, log, command = int(opts["--parent"]), opts["--home"], opts["--log"], argv[split + 1:]
         assert command
     except (ValueError, KeyError, AssertionError):
-        print("usage: python -m fleet.defs.daemon_host --parent PID --log PATH|- -- COMMAND...", file=sys.stderr)
+        print("usage: python -m fleet.defs.daemon_host --parent PID --home DAGSTER_HOME --log PATH|- -- COMMAND...",
+              file=sys.stderr)
         return 2
-    return supervise(parent, log, command)
+    return supervise(parent, home, log, command)
 
 
 if __name__ == "__main__":
