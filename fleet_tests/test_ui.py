@@ -416,7 +416,8 @@ SCHEDULE = """{ scheduleOrError(scheduleSelector: {repositoryLocationName: "flee
 
 def test_schedule_turned_on_from_the_ui_and_its_tick_runs_the_right_week(site, tick_week):
     sensors = {s["name"]: s["sensorState"]["status"] for s in gql(site, SENSORS)["sensorsOrError"]["results"]}
-    assert sensors == {"fleet_after_failed_run": "RUNNING", "fleet_after_scrape_run": "RUNNING", "fleet_requests": "RUNNING"}
+    assert sensors == {"fleet_after_failed_run": "RUNNING", "fleet_after_scrape_run": "RUNNING",
+                       "fleet_requests": "RUNNING"}
     assert gql(site, SCHEDULE)["scheduleOrError"]["scheduleState"]["status"] == "RUNNING"
     [scrape] = [r for r in tick_week if r["tags"].get("dagster/schedule_name") == "weekly_fleet"]
     assert scrape["jobName"] == "scrape_week" and scrape["tags"]["fleet/kind"] == "scrape"
