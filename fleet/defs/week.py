@@ -223,6 +223,10 @@ def follow(instance, serving, week: str, request: str, echo, before_line=lambda:
                     said.add(run.run_id)
                 if not any(r.tags.get(tx.TAG_RECOVERS) == run.run_id for r in chain):
                     done = False
+                    if time.monotonic() - undecided.setdefault(run.run_id, time.monotonic()) > DECIDE_S:
+                        raise FleetError(f"{serving.describe()} decided {decision!r} after run {run.run_id} of week "
+                                         f"{week} {DECIDE_S:.0f} s ago and launched no run for it: see the "
+                                         "fleet_after_* sensors' ticks in the UI")
         if done:
             return chain
         time.sleep(POLL_S)
