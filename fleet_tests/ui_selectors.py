@@ -61,7 +61,7 @@ def materialize_all(page, partitions: str, tags: dict | None = None) -> str:
     """"Materialize all…" on the lineage page for ``partitions`` (one key, or ``[first...last]``), with run tags
     added in the launch dialog; returns the toast: "Launched run <id>" or "Created backfill <id>"."""
     # "Materialize all (N)…" where the graph also holds assets that are not materialized (fleet/requests)
-    page.get_by_role("button", name=re.compile(r"^Materialize all( \(\d+\))?…$")).click()
+    page.get_by_role("button", name=re.compile(r"Materialize all( \(\d+\))?…")).click()
     dialog = page.get_by_role("dialog").filter(has_text="Launch runs to materialize")
     field = dialog.get_by_placeholder(re.compile("partitions|ex: "))
     field.fill(partitions)
