@@ -47,6 +47,7 @@ BEATS = ("SENSOR", "QUEUED_RUN_COORDINATOR")  # the daemons a week's runs need: 
 FRESH_S = 75.0
 WAIT_S = 120.0       # the longest a daemon may take to heartbeat first (measured 5-8 s at a load of 7-14 on 2 cores)
 UNNAMED_S = 150.0    # a daemon whose command died before noting its id beat within this of its start, if at all
+ADVANCE_S = 40.0     # how long a daemon's heartbeat is watched for a beat (every 30 s) before it is taken for live
 STALE_S = 300.0      # a daemon fleet did not start, silent this long, is gone (Dagster's own check allows 1,800 s)
 CHECK_S = 5.0        # how often check() reads the heartbeats
 STOPPING_S = 30.0    # the longest a supervisor that is stopping holds the lock (its grace is 20 s)
@@ -129,6 +130,24 @@ def _foreign(home: Path, beats: dict) -> str | None:
                                          <= n.get("end", n["start"] + UNNAMED_S) for n in notes):
             return None
     return beats[BEATS[0]].daemon_id
+
+
+def _alive(instance, daemon_id: str | None) -> str | None:
+    """``daemon_id`` once its SENSOR heartbeat is seen to advance (Dagster's daemons beat every 30 s), within
+    ADVANCE_S; else None. A daemon that another home's fleet command started and stopped (on an instance several
+    hosts or homes share) left heartbeats as young as a live one's, and no note here says it is gone."""
+    from fleet import records
+
+    if daemon_id is None:
+        return None
+    first = records.daemon_heartbeats(instance).get(BEATS[0])
+    deadline = time.monotonic() + ADVANCE_S
+    while time.monotonic() < deadline:
+        beat = records.daemon_heartbeats(instance).get(BEATS[0])
+        if beat is not None and first is not None and beat.timestamp > first.timestamp:
+            return beat.daemon_id
+        time.sleep(0.5)
+    return None
 
 
 def _tail(path: Path | None, offset: int = 0, lines: int = 3) -> str:
@@ -334,7 +353,7 @@ def serving(s, instance, echo=click.echo, verbose: bool = False):
                 time.sleep(0.2)
             if who is not None:
                 used = Daemon(instance, home, float(who.get("start") or entered), who=who)
-            elif (foreign := _foreign(home, records.daemon_heartbeats(instance))) is not None:
+            elif (foreign := _alive(instance, _foreign(home, records.daemon_heartbeats(instance)))) is not None:
                 used = Daemon(instance, home, entered, foreign=foreign)
             else:
                 used = _start(s, instance, home, entered, verbose)
