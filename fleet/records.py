@@ -12,7 +12,8 @@ import importlib.util
 from typing import Iterable
 
 from dagster import (
-    AssetKey, AssetRecordsFilter, DagsterEventType, DagsterInstance, DagsterRun, EventLogRecord, RunRecord, RunsFilter,
+    AssetKey, AssetRecordsFilter, DagsterEventType, DagsterInstance, DagsterRun, DagsterRunStatus, EventLogRecord,
+    RunRecord, RunsFilter,
 )
 
 # Each non-public member fleet uses, and why there is no public way (Dagster 1.13).
@@ -47,6 +48,10 @@ try:
     from dagster._core.storage.event_log.base import EventLogStorage
 except ImportError as exc:  # pragma: no cover - only on a Dagster that moved them
     raise ImportError(f"fleet.records: this Dagster moved a module fleet uses ({exc}); see fleet.records.NON_PUBLIC") from exc
+
+# A run of these statuses is not finished: it may still start, run or be cancelled.
+UNFINISHED = (DagsterRunStatus.QUEUED, DagsterRunStatus.NOT_STARTED, DagsterRunStatus.STARTING,
+              DagsterRunStatus.STARTED, DagsterRunStatus.CANCELING)
 
 
 def tripwire(entries: dict) -> None:

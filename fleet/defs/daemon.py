@@ -109,11 +109,16 @@ def _note(home: Path, start: float, daemon_id: str | None = None, end: float | N
     _notes(home, change)
 
 
+def _oldest(beats: dict) -> float | None:
+    """The time of the older of the BEATS heartbeats; None while one of them has none."""
+    times = [beats[t].timestamp for t in BEATS if t in beats]
+    return min(times) if len(times) == len(BEATS) else None
+
+
 def _fresh(beats: dict, since: float = 0.0) -> float | None:
     """The time of the older of the BEATS heartbeats, when both are younger than FRESH_S and not older than
     ``since``; else None."""
-    times = [beats[t].timestamp for t in BEATS if t in beats]
-    oldest = min(times) if len(times) == len(BEATS) else None
+    oldest = _oldest(beats)
     return oldest if oldest is not None and oldest >= since and time.time() - oldest < FRESH_S else None
 
 
@@ -209,8 +214,7 @@ class Daemon:
             return
         self._checked = time.monotonic()
         beats = records.daemon_heartbeats(self._instance)
-        times = [beats[t].timestamp for t in BEATS if t in beats]
-        oldest = min(times) if len(times) == len(BEATS) else 0.0
+        oldest = _oldest(beats) or 0.0
         self._seen = self._seen or oldest >= self._since
         age = time.time() - oldest
         # ours lives while its process does (a daemon thread busy for a minute on a loaded machine skips beats);
@@ -267,13 +271,9 @@ class Daemon:
     def _stop(self, clients, echo) -> None:
         """Once no other command uses our daemon and no run of the instance is unfinished, stop it; at once on
         KeyboardInterrupt. ``clients``: this command's handle of the clients' lock, held shared."""
-        from dagster import DagsterRunStatus
-
         from fleet import records
         from fleet.defs.instance import POOL
 
-        waiting = {DagsterRunStatus.QUEUED, DagsterRunStatus.NOT_STARTED, DagsterRunStatus.STARTING,
-                   DagsterRunStatus.STARTED, DagsterRunStatus.CANCELING}
         said = set()
         # its monitoring passes every FLEET_RUN_MONITOR_S; two passes and a margin, then it stops all the same
         freed_by = time.monotonic() + 2 * settings().run_monitor_s + 5
@@ -287,7 +287,7 @@ class Daemon:
                         said.add("clients")
                     time.sleep(0.5)
                     continue
-                busy = records.run_records(self._instance, statuses=waiting, limit=1)
+                busy = records.run_records(self._instance, statuses=records.UNFINISHED, limit=1)
                 if not busy:
                     # the scrapers pool's slots a finished run's dead steps held: our daemon's run monitoring gives
                     # them back a second after the run ended, at its next pass; stopped first, they would wait for

@@ -199,8 +199,7 @@ def follow(instance, serving, week: str, request: str, echo, before_line=lambda:
             if answer is not None and answer["state"] == "refused":
                 raise FleetError(answer["reason"])
             answered = answer is not None
-        chain = [r.dagster_run for r in sorted(records.run_records(instance, {tx.TAG_REQUEST: request}),
-                                               key=lambda r: r.storage_id)]
+        chain = [r.dagster_run for r in records.run_records(instance, {tx.TAG_REQUEST: request})]  # oldest first
         done = answered and bool(chain)
         for run in chain:
             if run.status.value not in FINISHED:
@@ -238,21 +237,17 @@ def precheck_week(instance, week: str, echo) -> None:
     command holds the week's lock on this host (claim.hold_week), so their command is gone (killed); they are left
     to Dagster, whose run monitoring and sensors end and follow them up before this command's runs, which queue
     behind them (one run per week)."""
-    from dagster import DagsterRunStatus
-
     from fleet import records
     from fleet.defs.claim import describe_run, requested_by_gone_command
     from fleet.policy import taxonomy as tx
 
-    unfinished = records.run_records(instance, {tx.PARTITION_TAG: week},
-                                     [DagsterRunStatus.QUEUED, DagsterRunStatus.NOT_STARTED, DagsterRunStatus.STARTING,
-                                      DagsterRunStatus.STARTED, DagsterRunStatus.CANCELING])
+    unfinished = records.run_records(instance, {tx.PARTITION_TAG: week}, records.UNFINISHED)
     if not unfinished:
         return
     left = [r.dagster_run for r in unfinished if requested_by_gone_command(r.dagster_run)]
     others = [r for r in unfinished if r.dagster_run not in left]
     if others:
-        raise FleetError(describe_run(week, min(others, key=lambda r: r.storage_id).dagster_run))
+        raise FleetError(describe_run(week, others[0].dagster_run))  # the oldest
     echo(f"fleet: week {week} has runs left by a fleet command that is gone ({', '.join(r.run_id for r in left)}); "
          "Dagster's run monitoring and the sensors end them first")
 
