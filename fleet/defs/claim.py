@@ -43,18 +43,16 @@ def describe_run(week: str, other) -> str:
 
 
 def requested_by_gone_command(run) -> bool:
-    """Whether ``run`` was requested by a fleet command on this host that is gone (its process, by pid and start
-    time, no longer lives): a run left by a killed command, which Dagster's run monitoring and sensors finish."""
+    """Whether ``run`` was requested by a fleet command on this host that is gone (its process, by pid, start time
+    and boot, no longer lives): a run left by a killed command, which Dagster's run monitoring and sensors finish."""
     from fleet.defs import runworker
     from fleet.policy import taxonomy as tx
 
     try:
-        who = json.loads(run.tags.get(tx.TAG_REQUESTER) or "")
-    except ValueError:
+        host = json.loads(run.tags.get(tx.TAG_REQUESTER) or "").get("host")
+    except (ValueError, AttributeError):
         return False
-    if not isinstance(who, dict) or who.get("host") != socket.gethostname() or who.get("boot") != runworker.boot_id():
-        return False
-    return runworker.process_start(int(who.get("pid") or 0)) != who.get("start")
+    return host == socket.gethostname() and runworker.worker_health(run, tag=tx.TAG_REQUESTER).status == "FAILED"
 
 
 @contextlib.contextmanager

@@ -73,14 +73,16 @@ class Health:
     run_worker_id: str | None = None
 
 
-def worker_health(run, started_at: float | None = None, grace_s: float = 0.0, seen: dict | None = None) -> Health:
+def worker_health(run, started_at: float | None = None, grace_s: float = 0.0, seen: dict | None = None,
+                  tag: str = TAG) -> Health:
     """RUNNING while the process ``run``'s :data:`TAG` names is alive, the same process (start time and boot);
     FAILED when it is gone. A worker on another host is judged by its heartbeat (:func:`remote_health`, with
     ``seen`` the asker's memory of the beats it saw). Without the tag: RUNNING for ``grace_s`` after ``started_at`` (the worker
     records itself just after the run starts), then UNKNOWN, which Dagster's run monitoring treats, like
     FAILED, as a dead worker: every run of fleet's jobs records its worker, so a run that has none is
-    one whose worker died before doing so, or one started before fleet recorded workers."""
-    raw = run.tags.get(TAG)
+    one whose worker died before doing so, or one started before fleet recorded workers. ``tag``: another run tag
+    that names a process the same way (the fleet command that requested the run: fleet/defs/claim.py)."""
+    raw = run.tags.get(tag)
     if not raw:
         if started_at is not None and time.time() - started_at < grace_s:
             return Health("RUNNING", "the run's worker has not recorded itself yet")
